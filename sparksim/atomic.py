@@ -1,0 +1,58 @@
+"""Atomic writes: build in a temporary sibling, rename when complete, so nothing half-written stays."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+
+@contextlib.contextmanager
+def atomic_dir(target: Path | str, *, overwrite: bool = True) -> Iterator[Path]:
+    """Yield a temporary directory that replaces `target` only if the block completes.
+
+    On an exception the temporary directory is removed and `target` is left as it was.
+    """
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if target.exists():
+        if not overwrite:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise FileExistsError(f"{target} exists; refusing to overwrite")
+        old = target.with_name(f".{target.name}.old-{os.getpid()}")
+        os.replace(target, old)
+        os.replace(tmp, target)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, target)
+
+
+@contextlib.contextmanager
+def atomic_file(target: Path | str, mode: str = "w") -> Iterator[Path]:
+    """Yield a temporary path beside `target`; rename it over `target` if the block completes."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        yield tmp
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    os.replace(tmp, target)
+
+
+def write_text(target: Path | str, text: str) -> None:
+    """Write `text` to `target` atomically."""
+    with atomic_file(target) as tmp:
+        tmp.write_text(text)

@@ -1,0 +1,174 @@
+"""The verification-policy interface: what a scheduler sees each step and what it returns.
+
+A policy chooses ℓ_r ∈ {0..γ}, how many of request r's γ drafted tokens the target
+verifies this step. The engine builds one `StepBatch` per step (a struct of arrays, no
+per-request objects) and calls `Policy.decide`, which returns the lengths as an (R,)
+integer array. The engine makes one policy instance per engine (replica), so instance
+attributes are the per-engine memory a policy may keep across steps (the two-step policy
+keeps survivals from earlier steps there).
+
+Policies are pure NumPy: no SimPy, no clocks, no I/O. A test can build a `StepBatch`
+by hand (`StepBatch.from_conf`) and call `decide` directly.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from sparksim.errors import ConfigError
+from sparksim.profile import Profile
+
+Lengths = NDArray[np.int64]
+
+
+@dataclass(frozen=True, slots=True)
+class StepCost:
+    """Step time as a function of total batch tokens B, for this step's requests and context.
+
+    step_s(B) = draft_s(R) + verify_s(B, context); the draft term is paid whenever the
+    engine drafts (every policy except plain decoding), whatever the policy verifies.
+    """
+
+    profile: Profile
+    draft_s: float  # drafter cost for this step's request count (0 if not drafting)
+    context: float  # mean KV context per request, tokens
+
+    def step_s(self, tokens: ArrayLike) -> NDArray[np.float64]:
+        """Return seconds per step for each total batch size in `tokens`."""
+        return self.draft_s + self.profile.verify_s(tokens, self.context)
+
+    def sps(self, tokens: ArrayLike) -> NDArray[np.float64]:
+        """Return steps per second for each total batch size in `tokens`."""
+        return 1.0 / self.step_s(tokens)
+
+    @property
+    def captured_sizes(self) -> tuple[int, ...]:
+        return self.profile.captured_sizes
+
+
+@dataclass(frozen=True, slots=True)
+class StepBatch:
+    """Everything a policy may read when it decides one step's verification lengths."""
+
+    request_ids: NDArray[np.int64]  # (R,) engine-wide unique ids, stable across steps
+    conf: NDArray[np.float64]  # (R, γ) fresh conditional confidences c_{r,j}
+    survival: NDArray[np.float64]  # (R, γ) a_{r,j} = ∏_{i≤j} c_{r,i}, non-increasing in j
+    fixed_tokens: int  # tokens the step sends whatever is verified: R bonus slots + prefill chunks
+    max_tokens: int  # the engine's token limit for B (fixed + verified)
+    cost: StepCost
+    step_index: int  # steps this engine has run before this one
+    accepted: NDArray[np.int64] | None = None  # (R,) realised acceptances; only for reads_outcome
+
+    @property
+    def num_requests(self) -> int:
+        return int(self.request_ids.shape[0])
+
+    @property
+    def gamma(self) -> int:
+        return int(self.conf.shape[1])
+
+    @classmethod
+    def from_conf(
+        cls,
+        conf: ArrayLike,
+        profile: Profile,
+        *,
+        request_ids: ArrayLike | None = None,
+        extra_fixed_tokens: int = 0,
+        max_tokens: int | None = None,
+        draft_s: float = 0.0,
+        context: float = 0.0,
+        step_index: int = 0,
+        accepted: ArrayLike | None = None,
+    ) -> StepBatch:
+        """Build a batch from conditional confidences (R, γ); convenient in tests and notebooks."""
+        c = np.atleast_2d(np.asarray(conf, dtype=np.float64))
+        r = c.shape[0]
+        ids = np.arange(r, dtype=np.int64) if request_ids is None else np.asarray(request_ids, np.int64)
+        return cls(
+            request_ids=ids,
+            conf=c,
+            survival=np.cumprod(c, axis=1),
+            fixed_tokens=r + extra_fixed_tokens,
+            max_tokens=max_tokens if max_tokens is not None else 1 << 40,
+            cost=StepCost(profile=profile, draft_s=draft_s, context=context),
+            step_index=step_index,
+            accepted=None if accepted is None else np.asarray(accepted, np.int64),
+        )
+
+
+class Policy(abc.ABC):
+    """A verification scheduler. Subclasses set the class attributes and implement `decide`.
+
+    Parameters arrive as keyword arguments to `__init__` (from `--set policy.NAME=VALUE`);
+    a subclass validates them and raises `ConfigError` naming the parameter and value.
+    """
+
+    name: ClassVar[str]
+    rule: ClassVar[str]  # one line, shown by `sparksim policies`
+    lossless: ClassVar[bool]
+    paper: ClassVar[str] = ""  # paper section or source
+    upper_bound: ClassVar[bool] = False  # reads information no real engine has
+    reads_outcome: ClassVar[bool] = False  # needs StepBatch.accepted (the oracle)
+
+    def __init__(self, block: int) -> None:
+        if block < 0:
+            raise ConfigError(f"block={block} must be >= 0")
+        self.block = block  # γ of the drafter (the trace set's block)
+
+    @property
+    def drafts(self) -> bool:
+        """Whether the engine runs the drafter (and pays draft_s) under this policy."""
+        return self.block > 0
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """The policy's parameters, as recorded in the run's summary."""
+        return {}
+
+    @abc.abstractmethod
+    def decide(self, batch: StepBatch) -> Lengths:
+        """Return ℓ, the number of drafts to verify for each request, shape (R,), 0 ≤ ℓ ≤ γ."""
+
+    def label(self) -> str:
+        """A legend label: the name, its parameters, and a mark when it is not lossless."""
+        args = ",".join(f"{k}={v}" for k, v in self.params.items())
+        tag = self.name + (f"({args})" if args else "")
+        if self.upper_bound:
+            tag += " [upper bound]"
+        elif not self.lossless:
+            tag += " [not lossless]"
+        return tag
+
+
+def check_int(name: str, value: Any, lo: int, hi: int | None = None) -> int:
+    """Validate an integer parameter; raise ConfigError naming it and its value."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        try:
+            if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+                value = int(value)
+            else:
+                raise ValueError
+        except ValueError:
+            raise ConfigError(f"policy parameter {name}={value!r} must be an integer") from None
+    v = int(value)
+    if v < lo or (hi is not None and v > hi):
+        bound = f"{lo}..{hi}" if hi is not None else f">= {lo}"
+        raise ConfigError(f"policy parameter {name}={v} is out of range ({bound})")
+    return v
+
+
+def check_float(name: str, value: Any, lo: float, hi: float) -> float:
+    """Validate a float parameter in [lo, hi]; raise ConfigError naming it and its value."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"policy parameter {name}={value!r} must be a number") from None
+    if not lo <= v <= hi:
+        raise ConfigError(f"policy parameter {name}={v} is out of range ([{lo}, {hi}])")
+    return v

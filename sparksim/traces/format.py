@@ -1,0 +1,325 @@
+"""Trace sets: per-position drafter confidences and realised acceptances, replayable by any schedule.
+
+A trace-set folder holds
+- `requests.parquet`: `request_id, domain, prompt_tokens, output_tokens`, one row per request;
+- `positions.parquet`: one row per (request_id, pos), pos = 0..output_tokens-1 in order, with
+  `conf` (γ conditional confidences of the block drafted at that position), `accepted`
+  (leading drafts the target accepted when all γ were verified, 0..γ) and optionally
+  `conf_raw` (before calibration) and `p_accept` (exact 1 − TV per position);
+- `card.yaml`: how the set was made.
+
+Arrays are held flat: row i of `conf` belongs to request `row_request[i]`, and request k's
+rows are `offsets[k]:offsets[k+1]`. The replay rule lives in `sparksim.acceptance`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import yaml
+from numpy.typing import NDArray
+
+from sparksim.atomic import atomic_dir
+from sparksim.errors import FormatError
+from sparksim.profile import read_card
+
+TRACE_SOURCES = ("recorded", "synthetic")
+TRACE_CARD_REQUIRED = ("source", "target", "drafter", "gamma", "temperature", "date", "command")
+REQUEST_COLUMNS = ("request_id", "domain", "prompt_tokens", "output_tokens")
+POSITION_REQUIRED = ("request_id", "pos", "conf", "accepted")
+POSITION_OPTIONAL = ("conf_raw", "p_accept")
+MAX_POSITIONS = 50_000_000  # bound on what a file may make us allocate (50M rows x γ floats)
+MAX_GAMMA = 64
+
+
+@dataclass
+class TraceSet:
+    """A loaded, validated trace set."""
+
+    name: str
+    card: dict[str, Any]
+    gamma: int
+    requests: pd.DataFrame  # REQUEST_COLUMNS, in file order
+    offsets: NDArray[np.int64]  # (n_requests + 1,) first row of each request in the flat arrays
+    conf: NDArray[np.float32]  # (N, γ) calibrated conditional confidences
+    accepted: NDArray[np.int8]  # (N,) leading drafts accepted when all γ were verified
+    conf_raw: NDArray[np.float32] | None = None  # (N, γ)
+    p_accept: NDArray[np.float32] | None = None  # (N, γ)
+    path: Path | None = None
+
+    @property
+    def num_requests(self) -> int:
+        return len(self.requests)
+
+    @property
+    def num_positions(self) -> int:
+        return int(self.conf.shape[0])
+
+    @property
+    def domains(self) -> list[str]:
+        return sorted(self.requests["domain"].unique().tolist())
+
+    def requests_in(self, domain: str) -> NDArray[np.int64]:
+        """Return the indices (not ids) of the requests of `domain`."""
+        return np.flatnonzero(self.requests["domain"].to_numpy() == domain).astype(np.int64)
+
+    def output_tokens(self) -> NDArray[np.int64]:
+        return self.requests["output_tokens"].to_numpy(np.int64)
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _check_card(card: Any, problems: list[str]) -> dict[str, Any]:
+    if not isinstance(card, dict):
+        if card is not None:
+            problems.append("card.yaml: must be a mapping of fields")
+        return {}
+    for key in TRACE_CARD_REQUIRED:
+        if key not in card or card[key] in (None, ""):
+            problems.append(f"card.yaml: missing field {key!r}")
+    src = card.get("source")
+    if src is not None and src not in TRACE_SOURCES:
+        problems.append(f"card.yaml: source={src!r} is not one of {list(TRACE_SOURCES)}")
+    return card
+
+
+def _read_parquet(path: Path, problems: list[str]) -> pa.Table | None:
+    if not path.is_file():
+        problems.append(f"{path.name}: file is missing")
+        return None
+    try:
+        meta = pq.read_metadata(path)
+        if meta.num_rows > MAX_POSITIONS:
+            problems.append(f"{path.name}: claims {meta.num_rows} rows (limit {MAX_POSITIONS})")
+            return None
+        return pq.read_table(path)
+    except (pa.ArrowException, OSError) as exc:
+        problems.append(f"{path.name}: corrupt or truncated parquet ({exc})")
+        return None
+
+
+def _first_bad(mask: NDArray[np.bool_]) -> int:
+    return int(np.argmax(mask))
+
+
+def _int_column(table: pa.Table, file: str, col: str, problems: list[str]) -> NDArray[np.int64] | None:
+    arr = table.column(col).to_numpy(zero_copy_only=False)
+    if arr.dtype.kind == "f":
+        bad = ~np.isfinite(arr) | (arr != np.round(arr))
+        if bad.any():
+            problems.append(f"{file}: column {col!r} row {_first_bad(bad)} is not an integer ({arr[_first_bad(bad)]!r})")
+            return None
+    elif arr.dtype.kind not in "iu":
+        problems.append(f"{file}: column {col!r} must be integer (is {table.schema.field(col).type})")
+        return None
+    return arr.astype(np.int64)
+
+
+def _matrix_column(
+    table: pa.Table, file: str, col: str, gamma: int | None, problems: list[str]
+) -> NDArray[np.float32] | None:
+    """Read a list-of-γ-floats column as an (N, γ) float32 array, checking length and range."""
+    chunked = table.column(col)
+    arr = chunked.combine_chunks() if chunked.num_chunks != 1 else chunked.chunk(0)
+    if not (pa.types.is_list(arr.type) or pa.types.is_fixed_size_list(arr.type)
+            or pa.types.is_large_list(arr.type)):
+        problems.append(f"{file}: column {col!r} must hold a list of γ floats (is {arr.type})")
+        return None
+    if arr.null_count:
+        row = _first_bad(arr.is_null().to_numpy(zero_copy_only=False))
+        problems.append(f"{file}: column {col!r} row {row} is null")
+        return None
+    if pa.types.is_fixed_size_list(arr.type):
+        lengths = np.full(len(arr), arr.type.list_size, dtype=np.int64)
+    else:
+        lengths = np.diff(arr.offsets.to_numpy()).astype(np.int64)
+    g = gamma if gamma is not None else (int(lengths[0]) if lengths.size else 0)
+    if lengths.size and (lengths != g).any():
+        row = _first_bad(lengths != g)
+        problems.append(f"{file}: column {col!r} row {row} has {lengths[row]} values; the set's γ is {g}")
+        return None
+    flat = arr.flatten().to_numpy(zero_copy_only=False).astype(np.float32)
+    if flat.size != len(arr) * g:
+        problems.append(f"{file}: column {col!r} holds nulls inside its lists")
+        return None
+    mat = flat.reshape(len(arr), g)
+    bad = ~np.isfinite(mat).all(axis=1) | (mat < 0).any(axis=1) | (mat > 1).any(axis=1)
+    if bad.any():
+        row = _first_bad(bad)
+        problems.append(f"{file}: column {col!r} row {row} is NaN or outside [0, 1] ({mat[row].tolist()})")
+        return None
+    return mat
+
+
+def _parse(path: Path, problems: list[str]) -> TraceSet | None:
+    if not path.is_dir():
+        problems.append("not a directory")
+        return None
+    card = _check_card(read_card(path / "card.yaml", problems), problems)
+    req_t = _read_parquet(path / "requests.parquet", problems)
+    pos_t = _read_parquet(path / "positions.parquet", problems)
+    if req_t is None or pos_t is None:
+        return None
+    ok = True
+    for file, table, cols in (("requests.parquet", req_t, REQUEST_COLUMNS),
+                              ("positions.parquet", pos_t, POSITION_REQUIRED)):
+        for col in cols:
+            if col not in table.column_names:
+                problems.append(f"{file}: missing column {col!r} (has {table.column_names})")
+                ok = False
+    if not ok:
+        return None
+    if req_t.num_rows == 0:
+        problems.append("requests.parquet: no requests")
+        return None
+
+    # requests.parquet
+    req = req_t.select(list(REQUEST_COLUMNS)).to_pandas()
+    for col in ("request_id", "prompt_tokens", "output_tokens"):
+        vals = _int_column(req_t, "requests.parquet", col, problems)
+        if vals is None:
+            return None
+        low = 1 if col == "output_tokens" else 0
+        bad = vals < low
+        if bad.any():
+            problems.append(f"requests.parquet: column {col!r} row {_first_bad(bad)} is {vals[_first_bad(bad)]} (< {low})")
+            return None
+        req[col] = vals
+    if req["domain"].isna().any():
+        problems.append(f"requests.parquet: column 'domain' row {_first_bad(req['domain'].isna().to_numpy())} is null")
+        return None
+    req["domain"] = req["domain"].astype(str)
+    if req["request_id"].duplicated().any():
+        row = _first_bad(req["request_id"].duplicated().to_numpy())
+        problems.append(f"requests.parquet: column 'request_id' row {row} repeats id {req['request_id'].iloc[row]}")
+        return None
+    out_tok = req["output_tokens"].to_numpy(np.int64)
+    total = int(out_tok.sum())
+    if total > MAX_POSITIONS:
+        problems.append(f"requests.parquet: output_tokens sum to {total} (limit {MAX_POSITIONS})")
+        return None
+
+    # positions.parquet
+    card_gamma = card.get("gamma")
+    gamma_hint = int(card_gamma) if isinstance(card_gamma, int) and 0 < card_gamma <= MAX_GAMMA else None
+    conf = _matrix_column(pos_t, "positions.parquet", "conf", gamma_hint, problems)
+    if conf is None:
+        return None
+    gamma = conf.shape[1]
+    if not 1 <= gamma <= MAX_GAMMA:
+        problems.append(f"positions.parquet: γ={gamma} outside 1..{MAX_GAMMA}")
+        return None
+    if card_gamma is not None and card_gamma != gamma:
+        problems.append(f"card.yaml: gamma={card_gamma!r} but the data has γ={gamma}")
+    rid = _int_column(pos_t, "positions.parquet", "request_id", problems)
+    pos = _int_column(pos_t, "positions.parquet", "pos", problems)
+    acc = _int_column(pos_t, "positions.parquet", "accepted", problems)
+    if rid is None or pos is None or acc is None:
+        return None
+    bad = (acc < 0) | (acc > gamma)
+    if bad.any():
+        row = _first_bad(bad)
+        problems.append(f"positions.parquet: column 'accepted' row {row} is {acc[row]} (outside 0..{gamma})")
+    if len(rid) != total:
+        problems.append(
+            f"positions.parquet: has {len(rid)} rows but requests.parquet's output_tokens sum to {total}"
+        )
+        return None
+    offsets = np.zeros(len(req) + 1, dtype=np.int64)
+    np.cumsum(out_tok, out=offsets[1:])
+    want_rid = np.repeat(req["request_id"].to_numpy(np.int64), out_tok)
+    want_pos = np.arange(total, dtype=np.int64) - np.repeat(offsets[:-1], out_tok)
+    for col, got, want in (("request_id", rid, want_rid), ("pos", pos, want_pos)):
+        bad = got != want
+        if bad.any():
+            row = _first_bad(bad)
+            problems.append(
+                f"positions.parquet: column {col!r} row {row} is {got[row]}, expected {want[row]} "
+                "(rows must run pos = 0..output_tokens-1 for each request, in requests.parquet order)"
+            )
+    extras: dict[str, NDArray[np.float32] | None] = {}
+    for col in POSITION_OPTIONAL:
+        extras[col] = (
+            _matrix_column(pos_t, "positions.parquet", col, gamma, problems)
+            if col in pos_t.column_names else None
+        )
+    if problems:
+        return None
+    return TraceSet(
+        name=path.name, card=card, gamma=gamma, requests=req, offsets=offsets, conf=conf,
+        accepted=acc.astype(np.int8), conf_raw=extras["conf_raw"], p_accept=extras["p_accept"],
+        path=path,
+    )
+
+
+def check_traceset(path: Path | str) -> list[str]:
+    """Return every problem found in the trace-set folder at `path` (empty if valid)."""
+    problems: list[str] = []
+    _parse(Path(path), problems)
+    return problems
+
+
+def load_traceset(path: Path | str) -> TraceSet:
+    """Load and validate the trace-set folder at `path`; raise FormatError listing every problem."""
+    path = Path(path)
+    problems: list[str] = []
+    ts = _parse(path, problems)
+    if problems or ts is None:
+        raise FormatError(path, problems or ["unreadable trace set"])
+    return ts
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def _list_array(mat: NDArray[np.floating[Any]]) -> pa.FixedSizeListArray:
+    flat = pa.array(np.ascontiguousarray(mat, dtype=np.float32).ravel())
+    return pa.FixedSizeListArray.from_arrays(flat, int(mat.shape[1]))
+
+
+def write_traceset(
+    path: Path | str,
+    requests: pd.DataFrame,
+    conf: NDArray[np.floating[Any]],
+    accepted: NDArray[np.integer[Any]],
+    card: Mapping[str, Any],
+    *,
+    conf_raw: NDArray[np.floating[Any]] | None = None,
+    p_accept: NDArray[np.floating[Any]] | None = None,
+) -> Path:
+    """Write a trace set atomically and check that it loads; return its path.
+
+    Rows of `conf`/`accepted` must run request by request in `requests` order, pos 0 first.
+    """
+    path = Path(path)
+    req = requests.loc[:, list(REQUEST_COLUMNS)].reset_index(drop=True)
+    out_tok = req["output_tokens"].to_numpy(np.int64)
+    offsets = np.concatenate([[0], np.cumsum(out_tok)])
+    cols: dict[str, pa.Array] = {
+        "request_id": pa.array(np.repeat(req["request_id"].to_numpy(np.int64), out_tok)),
+        "pos": pa.array((np.arange(offsets[-1]) - np.repeat(offsets[:-1], out_tok)).astype(np.int32)),
+        "conf": _list_array(conf),
+        "accepted": pa.array(np.asarray(accepted, dtype=np.int8)),
+    }
+    if conf_raw is not None:
+        cols["conf_raw"] = _list_array(conf_raw)
+    if p_accept is not None:
+        cols["p_accept"] = _list_array(p_accept)
+    with atomic_dir(path) as tmp:
+        req_table = pa.Table.from_pandas(req.astype({"domain": str}), preserve_index=False)
+        pq.write_table(req_table, tmp / "requests.parquet", compression="zstd")
+        pq.write_table(pa.table(cols), tmp / "positions.parquet", compression="zstd",
+                       compression_level=9, use_dictionary=False)
+        (tmp / "card.yaml").write_text(yaml.safe_dump(dict(card), sort_keys=False, width=100))
+        problems = check_traceset(tmp)
+        if problems:
+            raise FormatError(path, problems)
+    return path
