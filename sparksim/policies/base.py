@@ -93,7 +93,7 @@ class StepBatch:
         return cls(
             request_ids=ids,
             conf=c,
-            survival=np.cumprod(c, axis=1),
+            survival=np.cumprod(c, axis=1, dtype=np.float64),
             fixed_tokens=r + extra_fixed_tokens,
             max_tokens=max_tokens if max_tokens is not None else 1 << 40,
             cost=StepCost(profile=profile, draft_s=draft_s, context=context),
