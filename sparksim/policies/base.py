@@ -135,6 +135,14 @@ class Policy(abc.ABC):
     def decide(self, batch: StepBatch) -> Lengths:
         """Return ℓ, the number of drafts to verify for each request, shape (R,), 0 ≤ ℓ ≤ γ."""
 
+    def observe(self, batch: StepBatch, lengths: Lengths, num_accepted: NDArray[np.int64]) -> None:
+        """Learn from a finished step: `num_accepted[r]` of the `lengths[r]` verified drafts passed.
+
+        Called by the engine after every step; the default keeps nothing. Policies that
+        estimate acceptance online (SmartSpec, Dynamic SD) update their estimates here.
+        """
+        del batch, lengths, num_accepted
+
     def label(self) -> str:
         """A legend label: the name, its parameters, and a mark when it is not lossless."""
         args = ",".join(f"{k}={v}" for k, v in self.params.items())
