@@ -10,6 +10,7 @@ with a warning, or raise under `strict`.
 
 from __future__ import annotations
 
+import bisect
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -56,6 +57,10 @@ class Profile:
     strict: bool = False
     path: Path | None = None
     _warned: set[str] = field(default_factory=set, repr=False)
+    _draft_cache: dict[int, float] = field(default_factory=dict, repr=False)
+    _rows_list: list[list[float]] | None = field(default=None, repr=False)
+    _cols_list: list[float] = field(default_factory=list, repr=False)
+    _ctx_list: list[float] = field(default_factory=list, repr=False)
 
     @property
     def source(self) -> str:
@@ -83,6 +88,9 @@ class Profile:
         interpolated linearly between profiled contexts and ignored by profiles without one.
         """
         t = np.asarray(tokens, dtype=np.float64)
+        if context is not None and self.has_context:
+            # one batch size at many contexts is a valid question too: broadcast both ways
+            t = np.broadcast_arrays(t, np.asarray(context, np.float64))[0]
         rows = self._lookup_tokens(t.ravel())  # (C, N)
         if not self.has_context or rows.shape[0] == 1:
             out = rows[0]
@@ -109,6 +117,47 @@ class Profile:
             self._extrapolated("draft", float(r.max()), float(self.draft_requests[-1]))
         out = np.where(r.ravel() <= 0, 0.0, out)
         return (out / 1e3).reshape(r.shape)
+
+    def verify_s_scalar(self, tokens: float, context: float = 0.0) -> float:
+        """Return `verify_s` for one batch size: the engine's per-step fast path (no arrays)."""
+        if tokens > self.tokens[-1] or (self.has_context and context > self.contexts[-1]):
+            return float(self.verify_s(tokens, context))
+        rows, cols = self._scalar_tables()
+        if self.mode == "step":
+            j = bisect.bisect_left(cols, tokens)
+            vals = [row[j] for row in rows]
+        else:
+            j = min(max(bisect.bisect_left(cols, tokens), 1), len(cols) - 1)
+            if len(cols) == 1:
+                vals = [row[0] for row in rows]
+            else:
+                w = min(max((tokens - cols[j - 1]) / (cols[j] - cols[j - 1]), 0.0), 1.0)
+                vals = [(1.0 - w) * row[j - 1] + w * row[j] for row in rows]
+        if len(vals) == 1:
+            return vals[0] / 1e3
+        ctx = self._ctx_list
+        k = min(max(bisect.bisect_right(ctx, context) - 1, 0), len(ctx) - 2)
+        w = max((context - ctx[k]) / (ctx[k + 1] - ctx[k]), 0.0)
+        return ((1.0 - w) * vals[k] + w * vals[k + 1]) / 1e3
+
+    def draft_s_scalar(self, requests: int) -> float:
+        """Return `draft_s` for one request count (the engine's per-step fast path)."""
+        if requests <= 0 or self.draft_requests.size == 0:
+            return 0.0
+        key = int(requests)
+        cached = self._draft_cache.get(key)
+        if cached is None:
+            cached = float(self.draft_s(key))
+            self._draft_cache[key] = cached
+        return cached
+
+    def _scalar_tables(self) -> tuple[list[list[float]], list[float]]:
+        if self._rows_list is None:
+            self._rows_list = self.step_ms.tolist()
+            self._cols_list = self.tokens.tolist()
+            self._ctx_list = self.contexts.tolist()
+        assert self._rows_list is not None
+        return self._rows_list, self._cols_list
 
     def sps(self, tokens: ArrayLike, context: ArrayLike | None = None) -> NDArray[np.float64]:
         """Return steps per second of the target alone at `tokens` batch tokens."""
@@ -355,12 +404,22 @@ def write_profile(
     """Write a profile folder atomically and check that it loads; return its path."""
     path = Path(path)
     with atomic_dir(path) as tmp:
-        verify.to_csv(tmp / "verify.csv", index=False, float_format="%.6g")
+        _sizes_as_int(verify).to_csv(tmp / "verify.csv", index=False, float_format="%.6g")
         if draft is not None:
-            draft.to_csv(tmp / "draft.csv", index=False, float_format="%.6g")
+            _sizes_as_int(draft).to_csv(tmp / "draft.csv", index=False, float_format="%.6g")
         (tmp / "card.yaml").write_text(yaml.safe_dump(dict(card), sort_keys=False, width=100))
         problems = check_profile(tmp)
         if problems:
             raise FormatError(path, problems)
     return path
 
+
+def _sizes_as_int(df: pd.DataFrame) -> pd.DataFrame:
+    """Return `df` with whole-number size columns as integers: "%.6g" would round 1048576 to 1.04858e+06."""
+    out = df.copy()
+    for col in ("tokens", "context", "requests"):
+        if col in out.columns and pd.api.types.is_float_dtype(out[col]):
+            vals = out[col].to_numpy(np.float64)
+            if np.all(np.isfinite(vals)) and np.all(vals == np.round(vals)):
+                out[col] = vals.astype(np.int64)
+    return out

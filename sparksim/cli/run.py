@@ -2,8 +2,107 @@
 
 from __future__ import annotations
 
+import warnings
+from pathlib import Path
+from typing import Any
+
 import typer
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from sparksim.cli.common import console, err_console, friendly_errors
+from sparksim.invariants import InvariantError
+from sparksim.runner import (
+    RunResult,
+    check_determinism,
+    default_out_dir,
+    load_inputs,
+    load_scenario,
+    simulate,
+    write_results,
+)
+
+SHOWN = (
+    ("output_throughput", "output throughput", "tok/s"),
+    ("tput_per_gpu", "throughput per GPU", "tok/s/GPU"),
+    ("interactivity", "interactivity", "tok/s/user"),
+    ("mean_acceptance_length", "mean acceptance length", "tok/step"),
+    ("verify_budget_per_request", "verify budget per request", "tok/step"),
+    ("mean_ttft_ms", "mean TTFT", "ms"),
+    ("p99_ttft_ms", "p99 TTFT", "ms"),
+    ("mean_tpot_ms", "mean TPOT", "ms"),
+    ("p99_tpot_ms", "p99 TPOT", "ms"),
+    ("median_itl_ms", "median ITL", "ms"),
+    ("mean_e2el_ms", "mean E2EL", "ms"),
+    ("request_throughput", "request throughput", "req/s"),
+    ("completed", "completed (steady window)", "requests"),
+)
+
+
+def summary_table(result: RunResult) -> Table:
+    s = result.summary
+    title = f"{s['scenario']} · {s['policy_label']} · seed {s['seed']}"
+    table = Table(title=title, show_header=True)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_column("unit")
+    for key, label, unit in SHOWN:
+        val: Any = s.get(key)
+        if isinstance(val, float):
+            val = f"{val:,.2f}"
+        table.add_row(label, str(val), unit)
+    if "request_goodput" in s:
+        table.add_row("goodput (SLOs met)", f"{s['request_goodput']:.2f}", "req/s")
+    return table
+
+
+@friendly_errors
+def run(
+    scenario: Path | None = typer.Argument(None, help="scenario YAML (default: the embedded default)"),
+    set_: list[str] = typer.Option([], "--set", help="override a key: --set workload.concurrency=128"),
+    policy: str | None = typer.Option(None, "--policy", help="policy name or package.module:Class"),
+    out: Path | None = typer.Option(None, "--out", help="results folder (default results/<name>-<policy>-seed<seed>)"),
+    check: bool = typer.Option(False, "--check", help="check invariants INV-1..7 (runs twice for INV-5)"),
+    strict: bool = typer.Option(False, "--strict", help="extrapolating a profile is an error"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
+) -> None:
+    """Simulate a scenario, print its summary and write results/<run>/."""
+    sc, base = load_scenario(scenario, set_, policy)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        inputs = load_inputs(sc, base, strict=strict)
+        horizon = sc.run.duration_s
+        with Progress(
+            TextColumn("[bold]simulating[/] {task.description}"), BarColumn(),
+            TextColumn("{task.fields[sim]:>8.1f}/{task.total:.0f} sim-s"), TimeElapsedColumn(),
+            console=err_console, disable=quiet, transient=True,
+        ) as bar:
+            task = bar.add_task(f"{sc.name} · {sc.policy.name}", total=horizon, sim=0.0)
+            result = simulate(
+                sc, base, strict=strict, check=check, inputs=inputs,
+                progress=lambda now: bar.update(task, completed=now, sim=now),
+            )
+    for w in caught:
+        err_console.print(f"[yellow]warning:[/] {w.message}", highlight=False)
+    violations = list(result.violations)
+    if check:
+        violations += check_determinism(sc, base, result, strict)
+    target = out or default_out_dir(sc)
+    write_results(result, target)
+    console.print(summary_table(result))
+    console.print(
+        f"{result.num_steps:,} engine steps in {result.wall_s:.1f} s wall "
+        f"({result.num_steps / max(result.wall_s, 1e-9):,.0f} steps/s) → {target}",
+        highlight=False,
+    )
+    if check:
+        if violations:
+            for v in violations:
+                err_console.print(f"[bold red]{v}[/]", highlight=False)
+            raise InvariantError(f"{len(violations)} invariant violation(s)")
+        console.print("[green]invariants INV-1..7 hold[/]")
 
 
 def register(app: typer.Typer) -> None:
     """Add `run` to `app`."""
+    app.command("run")(run)

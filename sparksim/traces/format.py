@@ -14,6 +14,7 @@ rows are `offsets[k]:offsets[k+1]`. The replay rule lives in `sparksim.acceptanc
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,6 +70,16 @@ class TraceSet:
     def requests_in(self, domain: str) -> NDArray[np.int64]:
         """Return the indices (not ids) of the requests of `domain`."""
         return np.flatnonzero(self.requests["domain"].to_numpy() == domain).astype(np.int64)
+
+    @functools.cached_property
+    def conf64(self) -> NDArray[np.float64]:
+        """(N, γ) confidences as float64, converted once (the engine gathers rows every step)."""
+        return self.conf.astype(np.float64)
+
+    @functools.cached_property
+    def survival(self) -> NDArray[np.float64]:
+        """(N, γ) a_j = ∏_{i≤j} c_i for every row, computed once: a row's block is fixed."""
+        return np.cumprod(self.conf64, axis=1, dtype=np.float64)
 
     def output_tokens(self) -> NDArray[np.int64]:
         return self.requests["output_tokens"].to_numpy(np.int64)
@@ -209,8 +220,8 @@ def _parse(path: Path, problems: list[str]) -> TraceSet | None:
 
     # positions.parquet
     card_gamma = card.get("gamma")
-    gamma_hint = int(card_gamma) if isinstance(card_gamma, int) and 0 < card_gamma <= MAX_GAMMA else None
-    conf = _matrix_column(pos_t, "positions.parquet", "conf", gamma_hint, problems)
+    # γ comes from the data (its first row), so a card that disagrees is named as the culprit below
+    conf = _matrix_column(pos_t, "positions.parquet", "conf", None, problems)
     if conf is None:
         return None
     gamma = conf.shape[1]

@@ -1,0 +1,26 @@
+"""The replay rule: what a verification step emits, given the trace's recorded acceptance.
+
+A request at trace position t verifying ℓ drafts accepts min(ℓ, accepted[t]) of them and
+emits one more token (the correction after a rejection, or the bonus after a full accept),
+then moves to position t + emitted. The last step of a request is cut at its output length.
+Exact at temperature 0; at temperature > 0 each step's statistics are exact for lossless
+schedules and the step-to-step coupling is approximate (DESIGN §3).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+
+def replay_step(
+    lengths: NDArray[np.int64], accepted: NDArray[np.int64], remaining: NDArray[np.int64]
+) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """Return (accepted drafts, emitted tokens) per request for one step (INV-1).
+
+    `lengths` (R,) drafts verified, `accepted` (R,) the trace's accepted count at each
+    request's position, `remaining` (R,) tokens each request still has to emit (≥ 1).
+    """
+    acc = np.minimum(lengths, accepted)
+    emit = np.minimum(acc + 1, remaining)
+    return np.minimum(acc, emit - 1), emit

@@ -1,0 +1,241 @@
+"""The serving cluster in SimPy: arrivals, the prefill pool, the router and the decode replicas.
+
+`Cluster` wires the workload's arrival process to the engines. With disaggregated
+prefill a request queues for one of the prefill instances (TTFT includes that queue),
+emits its first token when its prefill ends, waits for its KV transfer, and is routed to
+a decode replica. With colocated prefill it is routed on arrival and its prompt is
+chunked into the replica's steps.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Generator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import simpy
+
+from sparksim.config import Scenario, resolve_path
+from sparksim.engine import Engine, Request
+from sparksim.policies import make_policy
+from sparksim.profile import Profile
+from sparksim.records import REQUEST_COLUMNS, STEP_COLUMNS, Columns, StreamStats
+from sparksim.traces.format import TraceSet
+from sparksim.workload import (
+    DomainSampler,
+    RequestSpec,
+    interarrival_s,
+    load_arrivals,
+    lognormal_length,
+)
+
+
+class Cluster:
+    """Everything one simulation runs: build it, then `run()` to the horizon."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        profile: Profile,
+        traces: TraceSet,
+        prefill_profile: Profile | None = None,
+        base_dir: Path | None = None,
+    ) -> None:
+        self.scenario = scenario
+        self.env = simpy.Environment()
+        self.profile = profile
+        self.prefill_profile = prefill_profile or profile
+        self.traces = traces
+        self.base_dir = base_dir
+        seeds = np.random.SeedSequence(scenario.seed).spawn(4)
+        self.rng_workload = np.random.default_rng(seeds[0])
+        self.rng_routing = np.random.default_rng(seeds[1])
+        rng_traces = np.random.default_rng(seeds[2])
+        self.sampler = DomainSampler(traces, scenario.workload.mix)
+        run = scenario.run
+        self.stats = StreamStats(
+            gamma=traces.gamma,
+            window_start=run.warmup,
+            window_end=run.duration_s - run.cooldown,
+        )
+        self.request_records = Columns(REQUEST_COLUMNS)
+        self.step_records = Columns(STEP_COLUMNS) if run.records.steps else None
+        pol = scenario.policy
+        self.policies = [
+            make_policy(pol.name, traces.gamma, pol.params) for _ in range(scenario.cluster.replicas)
+        ]
+        self.engines = [
+            Engine(
+                self.env, i, scenario, profile, traces, self.policies[i], self.sampler,
+                rng_traces, self.stats, self.step_records, self._finished,
+            )
+            for i in range(scenario.cluster.replicas)
+        ]
+        self.prefill_pool = simpy.Resource(self.env, capacity=scenario.cluster.prefill.instances)
+        self.next_id = 0
+        self.rr_next = 0
+        self.arrived = 0
+        self.finished = 0
+        self.prefilling = 0  # in the disaggregated pool or its KV transfer
+        self._lengths_from_traces = scenario.workload.lengths.source == "traces"
+        self._trace_prompt = traces.requests["prompt_tokens"].to_numpy(np.int64)
+        self._trace_output = traces.requests["output_tokens"].to_numpy(np.int64)
+
+    # ------------------------------------------------------------------ requests
+
+    def new_request(self, at: float, user: int = -1, prompt: int | None = None,
+                    output: int | None = None, domain: int | None = None) -> Request:
+        """Draw a request arriving at `at` (lengths and domain from the workload unless given)."""
+        wl = self.scenario.workload
+        if domain is None:
+            dom, trace_req = self.sampler.draw(self.rng_workload)
+        else:
+            dom = domain
+            pool = self.sampler.by_domain[dom]
+            trace_req = int(pool[self.rng_workload.integers(pool.size)])
+        if prompt is None or output is None:
+            if self._lengths_from_traces:
+                prompt = int(self._trace_prompt[trace_req])
+                output = int(self._trace_output[trace_req])
+            else:
+                prompt = lognormal_length(self.rng_workload, wl.lengths.prompt)
+                output = lognormal_length(self.rng_workload, wl.lengths.output)
+        spec = RequestSpec(self.next_id, at, max(int(prompt), 1), max(int(output), 1), dom,
+                           trace_req, user)
+        self.next_id += 1
+        start = int(self.traces.offsets[trace_req])
+        req = Request(
+            spec=spec,
+            row=start + 1,  # the prefill emits position 0; decoding starts at position 1
+            row_end=int(self.traces.offsets[trace_req + 1]),
+            trace_current=trace_req,
+        )
+        return req
+
+    def submit(self, req: Request) -> None:
+        """A request arrives now: prefill it on the pool or route it to a replica."""
+        self.arrived += 1
+        if self.scenario.cluster.prefill.mode == "disaggregated":
+            self.prefilling += 1
+            self.env.process(self._disaggregated_prefill(req))
+        else:
+            req.prefill_left = req.spec.prompt_tokens
+            self.route(req).enqueue(req)
+
+    def route(self, req: Request) -> Engine:
+        if self.scenario.cluster.router == "round-robin":
+            eng = self.engines[self.rr_next % len(self.engines)]
+            self.rr_next += 1
+            return eng
+        return min(self.engines, key=lambda e: (e.outstanding, e.replica))
+
+    def _disaggregated_prefill(self, req: Request) -> Generator[simpy.Event, Any, None]:
+        pf = self.scenario.cluster.prefill
+        with self.prefill_pool.request() as slot:
+            yield slot
+            yield self.env.timeout(self.prefill_profile.verify_s_scalar(req.spec.prompt_tokens, 0.0))
+        req.emitted = 1
+        req.first_token_at = self.env.now
+        if self.stats.in_window(self.env.now):
+            self.stats.window_tokens += 1
+        transfer = pf.kv_transfer_s
+        if pf.kv_transfer_tokens_per_s:
+            transfer += req.spec.prompt_tokens / pf.kv_transfer_tokens_per_s
+        if req.spec.output_tokens <= 1:
+            self.prefilling -= 1
+            req.finish_at = self.env.now
+            self._finished(req)
+            return
+        yield self.env.timeout(transfer)
+        self.prefilling -= 1
+        self.route(req).enqueue(req)
+
+    def _finished(self, req: Request) -> None:
+        self.finished += 1
+        s = req.spec
+        self.request_records.append_row((
+            s.request_id, s.user, req.replica, s.domain, s.trace_request, s.arrival_at,
+            req.first_token_at, req.finish_at, s.prompt_tokens, s.output_tokens, req.emitted,
+            req.decode_steps, req.verified, req.accepted, req.preemptions, req.switches,
+        ))
+        if s.user >= 0:
+            self._user_next(s.user)
+
+    # ------------------------------------------------------------------ arrivals
+
+    def _user_next(self, user: int) -> None:
+        think = self.scenario.workload.think_time_s
+        if think <= 0:
+            self.submit(self.new_request(self.env.now, user))
+        else:
+            self.env.process(self._think(user, think))
+
+    def _think(self, user: int, think: float) -> Generator[simpy.Event, Any, None]:
+        yield self.env.timeout(think)
+        self.submit(self.new_request(self.env.now, user))
+
+    def _open_loop(self) -> Generator[simpy.Event, Any, None]:
+        wl = self.scenario.workload
+        limit = self.scenario.run.max_requests or math.inf
+        count = 0
+        while count < limit:
+            yield self.env.timeout(interarrival_s(self.rng_workload, wl))
+            self.submit(self.new_request(self.env.now))
+            count += 1
+
+    def _replay(self) -> Generator[simpy.Event, Any, None]:
+        wl = self.scenario.workload
+        assert wl.arrivals_csv is not None
+        df = load_arrivals(resolve_path(wl.arrivals_csv, self.base_dir), self.sampler.domains)
+        limit = self.scenario.run.max_requests or len(df)
+        arrival = df["arrival_s"].to_numpy(np.float64)
+        prompt = df["prompt_tokens"].to_numpy(np.int64)
+        output = df["output_tokens"].to_numpy(np.int64)
+        doms = (
+            [self.sampler.domains.index(str(d)) for d in df["domain"]]
+            if "domain" in df.columns else None
+        )
+        for k in range(min(limit, len(df))):
+            if arrival[k] > self.env.now:
+                yield self.env.timeout(float(arrival[k]) - self.env.now)
+            self.submit(self.new_request(
+                self.env.now, prompt=int(prompt[k]), output=int(output[k]),
+                domain=None if doms is None else doms[k],
+            ))
+
+    def start_workload(self) -> None:
+        wl = self.scenario.workload
+        if wl.kind == "closed":
+            for user in range(wl.concurrency):
+                self.submit(self.new_request(0.0, user))
+        elif wl.kind == "replay":
+            self.env.process(self._replay())
+        else:
+            self.env.process(self._open_loop())
+
+    def run(self, progress: Any = None) -> None:
+        """Simulate to the horizon; `progress(sim_now)` is called about 100 times if given."""
+        self.start_workload()
+        horizon = self.scenario.run.duration_s
+        if progress is None:
+            self.env.run(until=horizon)
+            return
+        for k in range(1, 101):
+            self.env.run(until=horizon * k / 100)
+            progress(self.env.now)
+
+    # ------------------------------------------------------------------ conservation
+
+    def census(self) -> dict[str, int]:
+        """Where every arrival is at the horizon (INV-7)."""
+        running = sum(e.n + len(e.prefilling) for e in self.engines)
+        queued = sum(len(e.queue) for e in self.engines)
+        return {
+            "arrived": self.arrived,
+            "finished": self.finished,
+            "running": running,
+            "queued": queued,
+            "prefill_pool": self.prefilling,
+        }

@@ -1,0 +1,313 @@
+"""Scenario files: the validated description of one simulation (cluster, workload, policy, run).
+
+A scenario is YAML read with the safe loader; every key has a default (the embedded
+default scenario is simply `Scenario()`), `--set a.b=value` overrides any key, and an
+unknown key or a bad value is a `ConfigError` naming the key and the value, with the
+nearest valid key suggested. Policy parameters sit beside the policy's name
+(`policy: {name: static, gamma: 1}`) and are checked by the policy itself.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from sparksim.errors import ConfigError
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=False)
+
+
+class PrefillConfig(_Model):
+    """How prompts are prefilled: on a separate pool, or chunked into the decode steps."""
+
+    mode: Literal["disaggregated", "colocated"] = "disaggregated"
+    instances: int = Field(1, gt=0, description="disaggregated: prefill instances in the pool")
+    profile: str | None = Field(None, description="disaggregated: prefill profile (default: the decode profile)")
+    kv_transfer_s: float = Field(0.002, ge=0, description="disaggregated: fixed KV-transfer delay per request")
+    kv_transfer_tokens_per_s: float | None = Field(
+        None, gt=0, description="disaggregated: extra transfer time = prompt tokens / this rate"
+    )
+    chunk_tokens: int = Field(2048, gt=0, description="colocated: most prompt tokens one step may prefill")
+
+
+class ClusterConfig(_Model):
+    """Decode replicas, routing, capacity limits and the engine pipeline."""
+
+    replicas: int = Field(1, gt=0)
+    gpus_per_replica: int = Field(1, gt=0)
+    router: Literal["round-robin", "least-outstanding"] = "round-robin"
+    max_concurrency: int = Field(256, gt=0, description="running requests per replica")
+    kv_capacity_tokens: int | None = Field(
+        None, gt=0, description="KV-cache slots per replica (None: unlimited)"
+    )
+    max_batch_tokens: int = Field(8192, gt=0, description="token limit of one step (B cap)")
+    prefill: PrefillConfig = Field(default_factory=PrefillConfig)
+    pipeline: Literal["zos", "sync"] = "zos"
+    decision_s: float | Literal["measured"] = Field(
+        0.0, description="sync: policy decision time per step, seconds or 'measured'"
+    )
+
+    @model_validator(mode="after")
+    def _decision(self) -> ClusterConfig:
+        if isinstance(self.decision_s, float) and self.decision_s < 0:
+            raise ValueError(f"decision_s={self.decision_s} must be >= 0")
+        return self
+
+
+class LengthDist(_Model):
+    """A lognormal length distribution, clipped to [min, max] tokens."""
+
+    mu: float = 6.0
+    sigma: float = Field(0.8, ge=0)
+    min: int = Field(1, gt=0)
+    max: int = Field(8192, gt=0)
+
+
+class LengthsConfig(_Model):
+    source: Literal["traces", "lognormal"] = "traces"
+    prompt: LengthDist = Field(default_factory=lambda: LengthDist(mu=6.5, sigma=0.7, min=16, max=8192))
+    output: LengthDist = Field(default_factory=lambda: LengthDist(mu=6.0, sigma=0.8, min=1, max=4096))
+
+
+class WorkloadConfig(_Model):
+    """Who sends requests, when, and with which lengths and domains."""
+
+    kind: Literal["closed", "poisson", "gamma", "replay"] = "closed"
+    concurrency: int = Field(64, gt=0, description="closed: number of users")
+    think_time_s: float = Field(0.0, ge=0, description="closed: pause between a reply and the next request")
+    rate: float = Field(10.0, gt=0, description="poisson/gamma: requests per second (whole cluster)")
+    cv: float = Field(1.0, gt=0, description="gamma: coefficient of variation of inter-arrival times")
+    burstiness: float | None = Field(
+        None, gt=0, description="gamma, vLLM's form: shape parameter; cv = 1/sqrt(burstiness)"
+    )
+    arrivals_csv: str | None = Field(
+        None, description="replay: CSV with arrival_s, prompt_tokens, output_tokens[, domain]"
+    )
+    lengths: LengthsConfig = Field(default_factory=LengthsConfig)
+    mix: dict[str, float] = Field(
+        default_factory=lambda: {"math": 0.39, "code": 0.39, "chat": 0.22},
+        description="domain weights choosing which trace requests are drawn",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> WorkloadConfig:
+        if self.kind == "replay" and not self.arrivals_csv:
+            raise ValueError("workload.kind=replay needs workload.arrivals_csv")
+        if not self.mix:
+            raise ValueError("workload.mix is empty")
+        for dom, w in self.mix.items():
+            if w < 0:
+                raise ValueError(f"workload.mix.{dom}={w} must be >= 0")
+        if sum(self.mix.values()) <= 0:
+            raise ValueError(f"workload.mix={self.mix} has no positive weight")
+        return self
+
+
+class PolicyConfig(BaseModel):
+    """The verification policy's name and its parameters (checked by the policy)."""
+
+    model_config = ConfigDict(extra="allow")
+    name: str = "two-step"
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class RecordsConfig(_Model):
+    steps: bool = Field(True, description="keep the per-step table (memory grows with steps)")
+
+
+class RunConfig(_Model):
+    """How long to simulate and which window counts as steady state."""
+
+    duration_s: float = Field(60.0, gt=0, description="simulated horizon, seconds")
+    max_requests: int | None = Field(None, gt=0, description="open loop: stop arrivals after this many")
+    warmup_s: float | None = Field(None, ge=0, description="excluded from steady state (default 10 % of horizon)")
+    cooldown_s: float | None = Field(None, ge=0, description="excluded from steady state (default 10 % of horizon)")
+    records: RecordsConfig = Field(default_factory=RecordsConfig)
+
+    @property
+    def warmup(self) -> float:
+        return 0.1 * self.duration_s if self.warmup_s is None else self.warmup_s
+
+    @property
+    def cooldown(self) -> float:
+        return 0.1 * self.duration_s if self.cooldown_s is None else self.cooldown_s
+
+
+class SLOConfig(_Model):
+    """Service-level objectives for goodput; None disables a bound."""
+
+    ttft_ms: float | None = Field(None, gt=0)
+    tpot_ms: float | None = Field(None, gt=0)
+    e2el_ms: float | None = Field(None, gt=0)
+
+
+class Scenario(_Model):
+    """One simulation. `Scenario()` is the embedded default scenario."""
+
+    name: str = "default"
+    seed: int = Field(0, ge=0)
+    profile: str = "profiles/h100-qwen3-8b-analytic"
+    lookup: Literal["step", "linear"] = "step"
+    traces: str = "traces/synth-dspark-qwen3-8b"
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+    workload: WorkloadConfig = Field(default_factory=WorkloadConfig)
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    run: RunConfig = Field(default_factory=RunConfig)
+    slo: SLOConfig = Field(default_factory=SLOConfig)
+
+    @model_validator(mode="after")
+    def _window(self) -> Scenario:
+        if self.run.warmup + self.run.cooldown >= self.run.duration_s:
+            raise ValueError(
+                f"run.warmup_s + run.cooldown_s ({self.run.warmup + self.run.cooldown:g}) must be "
+                f"shorter than run.duration_s ({self.run.duration_s:g})"
+            )
+        return self
+
+    def to_yaml(self) -> str:
+        """Return the fully resolved scenario as YAML (what a results folder records)."""
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+
+
+# --------------------------------------------------------------------------- keys
+
+
+def _valid_keys(model: type[BaseModel], prefix: str = "") -> dict[str, type[BaseModel] | None]:
+    """Map every dotted key of `model` to its sub-model (None for leaves)."""
+    keys: dict[str, type[BaseModel] | None] = {}
+    for name, field in model.model_fields.items():
+        ann = field.annotation
+        key = prefix + name
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            keys[key] = ann
+            keys.update(_valid_keys(ann, key + "."))
+        else:
+            keys[key] = None
+    return keys
+
+
+VALID_KEYS = _valid_keys(Scenario)
+OPEN_MAPS = ("workload.mix", "policy")  # keys below these are free-form (domains, policy params)
+
+
+def _check_keys(data: Mapping[str, Any], prefix: str, problems: list[str]) -> None:
+    for key, value in data.items():
+        dotted = f"{prefix}{key}"
+        if prefix.rstrip(".") in OPEN_MAPS:
+            continue
+        if dotted not in VALID_KEYS:
+            near = difflib.get_close_matches(dotted, VALID_KEYS, n=1, cutoff=0.5)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            problems.append(f"unknown key {dotted!r}{hint}")
+            continue
+        if VALID_KEYS[dotted] is not None or dotted in OPEN_MAPS:
+            if isinstance(value, Mapping):
+                _check_keys(value, dotted + ".", problems)
+            elif value is not None and dotted not in OPEN_MAPS:
+                problems.append(f"key {dotted!r} must be a mapping (got {value!r})")
+
+
+def _lookup(data: Mapping[str, Any], loc: Iterable[Any]) -> Any:
+    cur: Any = data
+    for part in loc:
+        if isinstance(cur, Mapping) and part in cur:
+            cur = cur[part]
+        else:
+            return "<missing>"
+    return cur
+
+
+def scenario_problems(data: Mapping[str, Any]) -> list[str]:
+    """Return every problem in a scenario mapping (unknown keys, bad values)."""
+    problems: list[str] = []
+    _check_keys(data, "", problems)
+    if problems:
+        return problems
+    try:
+        Scenario.model_validate(data)
+    except ValidationError as exc:
+        for err in exc.errors():
+            loc = [p for p in err["loc"] if not isinstance(p, int) or True]
+            key = ".".join(str(p) for p in loc if not str(p).startswith(("function-after", "literal")))
+            value = _lookup(data, [p for p in loc if isinstance(p, str)])
+            msg = err["msg"].removeprefix("Value error, ")
+            problems.append(f"{key or 'scenario'}={value!r}: {msg}" if key else msg)
+    return problems
+
+
+def parse_scenario(data: Mapping[str, Any] | None) -> Scenario:
+    """Validate a scenario mapping; raise ConfigError listing every problem."""
+    data = dict(data or {})
+    problems = scenario_problems(data)
+    if problems:
+        raise ConfigError("bad scenario:\n" + "\n".join(f"  - {p}" for p in problems))
+    return Scenario.model_validate(data)
+
+
+def read_scenario_file(path: Path | str) -> dict[str, Any]:
+    """Read a scenario YAML file with the safe loader; raise ConfigError if it is not a mapping."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: cannot read scenario ({exc})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a scenario must be a YAML mapping")
+    return data
+
+
+def check_scenario_file(path: Path | str) -> list[str]:
+    """Return every problem in the scenario file at `path` (for `sparksim validate`)."""
+    try:
+        data = read_scenario_file(path)
+    except ConfigError as exc:
+        return [str(exc)]
+    return scenario_problems(data)
+
+
+def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
+    """Apply `key.sub=value` overrides (values parsed as YAML) to a scenario mapping in place."""
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE (e.g. workload.concurrency=128)")
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            value = raw
+        parts = key.split(".")
+        cur = data
+        for part in parts[:-1]:
+            nxt = cur.get(part)
+            if not isinstance(nxt, dict):
+                nxt = {}
+                cur[part] = nxt
+            cur = nxt
+        cur[parts[-1]] = value
+    return data
+
+
+def resolve_path(ref: str, base: Path | None = None) -> Path:
+    """Find a file named in a scenario: relative to the scenario's folder, the cwd, then the repo."""
+    p = Path(ref).expanduser()
+    if p.is_absolute():
+        return p
+    for root in (base, Path.cwd(), REPO_ROOT):
+        if root is not None and (root / p).exists():
+            return root / p
+    return (base or Path.cwd()) / p

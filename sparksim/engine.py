@@ -1,0 +1,373 @@
+"""One decode replica as a SimPy process: admit, verify, replay acceptance, emit, repeat.
+
+The running batch is a struct of arrays (one slot per running request, rows 0..n-1), so
+a step is a fixed number of NumPy operations whatever R is: gather the trace rows'
+confidences, ask the policy for ℓ, replay acceptance (`sparksim.acceptance`), advance
+every request, and pay step_s = draft_s(R) + verify_s(B, context) from the profile.
+Python loops run only over requests that join, finish, are preempted or run out of trace
+— events, not steps.
+
+Prompts are prefilled in the step's token budget (chunked, "colocated") or arrive from a
+prefill pool with their KV cache ("disaggregated"); preempted requests are recomputed
+in-engine the same way as a colocated prefill, and emit nothing when it completes.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import simpy
+from numpy.typing import NDArray
+
+from sparksim.acceptance import replay_step
+from sparksim.config import Scenario
+from sparksim.invariants import InvariantError, lengths_in_bounds
+from sparksim.policies.base import Policy, StepBatch, StepCost
+from sparksim.profile import Profile
+from sparksim.records import Columns, StreamStats
+from sparksim.traces.format import TraceSet
+from sparksim.workload import DomainSampler, RequestSpec
+
+
+@dataclass(slots=True)
+class Request:
+    """A request's cold state: everything not needed every step, plus its hot state when parked."""
+
+    spec: RequestSpec
+    replica: int = -1
+    first_token_at: float = math.nan
+    finish_at: float = math.nan
+    emitted: int = 0
+    row: int = 0  # next trace row to replay
+    row_end: int = 0  # end of the current trace request's rows
+    trace_current: int = 0
+    context: int = 0  # KV tokens held: prompt + emitted
+    prefill_left: int = 0  # tokens still to (re)compute before decoding
+    decode_steps: int = 0
+    verified: int = 0
+    accepted: int = 0
+    preemptions: int = 0
+    switches: int = 0
+    admit_seq: int = 0
+    on_done: list[Callable[[Request], None]] = field(default_factory=list)
+
+
+# The running batch: one row of `Engine.state` per field, one column per slot. ROW,
+# EMITTED and CONTEXT are adjacent so one slice advances all three by the emitted tokens.
+ROW, EMITTED, CONTEXT, STEPS, VERIFIED, ACCEPTED, RID, ROW_END, OUT_LEN, DOM, TRACE_CUR, ADMIT_SEQ = range(12)
+NUM_FIELDS = 12
+
+
+class Engine:
+    """A decode replica: its queue, its running batch and the step loop."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        replica: int,
+        scenario: Scenario,
+        profile: Profile,
+        traces: TraceSet,
+        policy: Policy,
+        sampler: DomainSampler,
+        rng: np.random.Generator,
+        stats: StreamStats,
+        step_records: Columns | None,
+        finish: Callable[[Request], None],
+        check: bool = False,
+    ) -> None:
+        self.env = env
+        self.replica = replica
+        self.profile = profile
+        self.traces = traces
+        self.policy = policy
+        self.sampler = sampler
+        self.rng = rng
+        self.stats = stats
+        self.step_records = step_records
+        self.finish = finish
+        self.check = check  # validate every step's lengths (INV-2) as it happens
+        cl = scenario.cluster
+        self.colocated = cl.prefill.mode == "colocated"
+        self.chunk_tokens = cl.prefill.chunk_tokens
+        self.max_concurrency = cl.max_concurrency
+        self.max_batch_tokens = cl.max_batch_tokens
+        self.kv_capacity = cl.kv_capacity_tokens if cl.kv_capacity_tokens is not None else 1 << 62
+        self.sync_decision = cl.pipeline == "sync"
+        self.decision_const_s = cl.decision_s if isinstance(cl.decision_s, float) else 0.0
+        self.measure_decision = cl.pipeline == "sync" and cl.decision_s == "measured"
+        self.drafts = policy.drafts
+        self.reserve = traces.gamma + 1 if self.drafts else 1  # KV slots a step may write
+        self.gamma = traces.gamma
+        # trace arrays, flat: row i is one (request, position)
+        self.t_conf = traces.conf64
+        self.t_surv = traces.survival
+        self.t_acc = traces.accepted.astype(np.int64)
+        self.t_offsets = traces.offsets
+
+        cap = self.max_concurrency
+        self.n = 0
+        self.state = np.zeros((NUM_FIELDS, cap), dtype=np.int64)
+        self.active: dict[int, Request] = {}
+        self.queue: deque[Request] = deque()
+        self.prefilling: deque[Request] = deque()
+        self.kv_used = 0
+        self.step_index = 0
+        self.admit_counter = 0
+        self._idle: simpy.Event | None = None
+        self.process = env.process(self._loop())
+
+    # ------------------------------------------------------------------ intake
+
+    @property
+    def outstanding(self) -> int:
+        """Requests queued, prefilling or running here (the least-outstanding router's load)."""
+        return self.n + len(self.prefilling) + len(self.queue)
+
+    def enqueue(self, req: Request) -> None:
+        """Accept a request routed to this replica; wake the loop if it is idle."""
+        req.replica = self.replica
+        self.queue.append(req)
+        if self._idle is not None and not self._idle.triggered:
+            self._idle.succeed()
+
+    def _admit(self) -> None:
+        while self.queue:
+            req = self.queue[0]
+            if self.n + len(self.prefilling) >= self.max_concurrency:
+                return
+            if (self.n + 1) * self.reserve > self.max_batch_tokens:
+                return  # INV-2: even full verification of everyone must fit the token limit
+            need = req.spec.prompt_tokens + req.emitted
+            if self.kv_used + need + (self.n + 1) * self.reserve > self.kv_capacity:
+                return
+            self.queue.popleft()
+            self.admit_counter += 1
+            req.admit_seq = self.admit_counter
+            self.kv_used += need
+            req.context = need
+            if req.prefill_left > 0:
+                self.prefilling.append(req)
+            else:
+                self._join(req)
+
+    def _join(self, req: Request) -> None:
+        """Move a request whose KV is complete into the running batch."""
+        i = self.n
+        st = self.state
+        st[ROW, i] = req.row
+        st[EMITTED, i] = req.emitted
+        st[CONTEXT, i] = req.context
+        st[STEPS, i] = req.decode_steps
+        st[VERIFIED, i] = req.verified
+        st[ACCEPTED, i] = req.accepted
+        st[RID, i] = req.spec.request_id
+        st[ROW_END, i] = req.row_end
+        st[OUT_LEN, i] = req.spec.output_tokens
+        st[DOM, i] = req.spec.domain
+        st[TRACE_CUR, i] = req.trace_current
+        st[ADMIT_SEQ, i] = req.admit_seq
+        self.active[req.spec.request_id] = req
+        self.n += 1
+        self._continue_traces(np.array([i]))
+
+    def _park(self, i: int) -> Request:
+        """Copy slot i's hot state back into its Request (on finish or preemption)."""
+        st = self.state
+        req = self.active.pop(int(st[RID, i]))
+        req.row = int(st[ROW, i])
+        req.row_end = int(st[ROW_END, i])
+        req.emitted = int(st[EMITTED, i])
+        req.context = int(st[CONTEXT, i])
+        req.decode_steps = int(st[STEPS, i])
+        req.verified = int(st[VERIFIED, i])
+        req.accepted = int(st[ACCEPTED, i])
+        req.trace_current = int(st[TRACE_CUR, i])
+        return req
+
+    def _compact(self, keep: NDArray[np.bool_]) -> None:
+        n_new = int(keep.sum())
+        self.state[:, :n_new] = self.state[:, : self.n][:, keep]
+        self.n = n_new
+
+    def _continue_traces(self, idx: NDArray[np.int64]) -> None:
+        """Requests past the end of their trace request continue on another of the same domain."""
+        st = self.state
+        over = (st[ROW, idx] >= st[ROW_END, idx]) & (st[EMITTED, idx] < st[OUT_LEN, idx])
+        for i in idx[over]:
+            dom, cur = int(st[DOM, i]), int(st[TRACE_CUR, i])
+            nxt = self.sampler.next_in_domain(self.rng, dom, cur)
+            st[TRACE_CUR, i] = nxt
+            st[ROW, i] = self.t_offsets[nxt]
+            st[ROW_END, i] = self.t_offsets[nxt + 1]
+            self.active[int(st[RID, i])].switches += 1
+
+    def _preempt_if_needed(self) -> None:
+        """Preempt the newest running requests (recompute) until the step's KV reservation fits."""
+        while self.n > 0 and self.kv_used + self.n * self.reserve > self.kv_capacity:
+            i = int(np.argmax(self.state[ADMIT_SEQ, : self.n]))
+            req = self._park(i)
+            keep = np.ones(self.n, dtype=bool)
+            keep[i] = False
+            self._compact(keep)
+            self.kv_used -= req.context
+            req.preemptions += 1
+            req.prefill_left = req.spec.prompt_tokens + req.emitted
+            self.queue.appendleft(req)
+
+    # ------------------------------------------------------------------ the step loop
+
+    def _plan_prefill(self, budget: int) -> list[tuple[Request, int]]:
+        plan: list[tuple[Request, int]] = []
+        left = min(self.chunk_tokens, budget) if self.colocated else budget
+        for req in self.prefilling:
+            if left <= 0:
+                break
+            take = min(req.prefill_left, left)
+            plan.append((req, take))
+            left -= take
+        return plan
+
+    def _loop(self) -> Generator[simpy.Event, Any, None]:
+        env = self.env
+        st = self.state
+        profile = self.profile
+        stats = self.stats
+        policy = self.policy
+        joint_size = stats.joint.size
+        g1 = self.gamma + 1
+        while True:
+            self._admit()
+            self._preempt_if_needed()
+            n = self.n
+            if n == 0 and not self.prefilling:
+                self._idle = env.event()
+                yield self._idle
+                self._idle = None
+                continue
+            start_at = env.now
+            plan = self._plan_prefill(self.max_batch_tokens - n * self.reserve) if self.prefilling else []
+            prefill_tokens = sum(t for _, t in plan)
+            fixed = n + prefill_tokens
+            decision_s = self.decision_const_s if self.sync_decision else 0.0
+            batch: StepBatch | None = None
+            if n > 0:
+                rows = st[ROW, :n]
+                context_mean = int(st[CONTEXT, :n].sum()) / n
+                if self.drafts:
+                    draft_s = profile.draft_s_scalar(n)
+                    batch = StepBatch(
+                        request_ids=st[RID, :n],
+                        conf=self.t_conf.take(rows, axis=0),
+                        survival=self.t_surv.take(rows, axis=0),
+                        fixed_tokens=fixed,
+                        max_tokens=self.max_batch_tokens,
+                        cost=StepCost(profile, draft_s, context_mean),
+                        step_index=self.step_index,
+                        accepted=self.t_acc.take(rows) if policy.reads_outcome else None,
+                    )
+                    t0 = time.perf_counter() if self.measure_decision else 0.0
+                    lengths = np.asarray(policy.decide(batch), dtype=np.int64)
+                    if self.measure_decision:
+                        decision_s = time.perf_counter() - t0
+                    if self.check:
+                        self._check_lengths(lengths, n, fixed)
+                    accepted, emit = replay_step(
+                        lengths, self.t_acc.take(rows), st[OUT_LEN, :n] - st[EMITTED, :n]
+                    )
+                    verified = int(lengths.sum())
+                else:  # plain decoding: one token per request, the drafter never runs
+                    draft_s = 0.0
+                    lengths = accepted = np.zeros(n, dtype=np.int64)
+                    emit = np.ones(n, dtype=np.int64)
+                    verified = 0
+            else:
+                context_mean = draft_s = 0.0
+                verified = 0
+            batch_tokens = fixed + verified
+            verify_s = profile.verify_s_scalar(batch_tokens, context_mean)
+            step_s = draft_s + verify_s + decision_s
+            yield env.timeout(step_s)
+
+            now = env.now
+            in_window = stats.window_start <= now <= stats.window_end
+            emitted_total = accepted_total = 0
+            if n > 0:
+                st[ROW : CONTEXT + 1, :n] += emit  # ROW, EMITTED, CONTEXT advance together
+                st[STEPS, :n] += 1
+                st[VERIFIED, :n] += lengths
+                st[ACCEPTED, :n] += accepted
+                accepted_total = int(accepted.sum())
+                emitted_total = n + accepted_total
+                self.kv_used += emitted_total
+                if batch is not None:
+                    policy.observe(batch, lengths, accepted)
+                if in_window:
+                    stats.add_itl(step_s, n)
+                    stats.window_tokens += emitted_total
+                    stats.window_request_steps += n
+                    stats.window_verified += verified
+                    stats.window_emitted_decode += emitted_total
+                    if verified:
+                        stats.joint += np.bincount(lengths * g1 + accepted, minlength=joint_size)
+                    else:
+                        stats.joint[0] += n
+                done = st[EMITTED, :n] >= st[OUT_LEN, :n]
+                if done.any():
+                    for i in np.flatnonzero(done):
+                        req = self._park(int(i))
+                        self.kv_used -= req.context
+                        req.finish_at = now
+                        self.finish(req)
+                    self._compact(~done)
+                past = st[ROW, : self.n] >= st[ROW_END, : self.n]
+                if past.any():
+                    self._continue_traces(np.flatnonzero(past))
+            if in_window:
+                stats.window_steps += 1
+            for req, take in plan:
+                req.prefill_left -= take
+            while self.prefilling and self.prefilling[0].prefill_left == 0:
+                self._prefill_done(self.prefilling.popleft(), now, in_window)
+            if self.step_records is not None:
+                self.step_records.append_row((
+                    self.replica, self.step_index, start_at, step_s, draft_s, verify_s, decision_s,
+                    n, batch_tokens, prefill_tokens, verified, accepted_total, emitted_total,
+                    context_mean,
+                ))
+            self.step_index += 1
+
+    def _check_lengths(self, lengths: NDArray[np.int64], n: int, fixed: int) -> None:
+        if lengths.shape != (n,) or not lengths_in_bounds(lengths, self.gamma):
+            raise InvariantError(
+                f"INV-2: policy {self.policy.name!r} returned lengths {lengths!r} for {n} requests "
+                f"(must be {n} integers in 0..{self.gamma})"
+            )
+        if fixed + int(lengths.sum()) > self.max_batch_tokens:
+            raise InvariantError(
+                f"INV-2: policy {self.policy.name!r} sent B={fixed + int(lengths.sum())} tokens, "
+                f"over the engine's limit {self.max_batch_tokens}"
+            )
+
+    def _prefill_done(self, req: Request, now: float, in_window: bool) -> None:
+        """A (re)computed prompt is complete: a fresh one emits its first token, then decodes."""
+        fresh = req.emitted == 0
+        if fresh:
+            req.emitted = 1
+            req.context += 1
+            self.kv_used += 1
+            req.first_token_at = now
+            if in_window:
+                self.stats.window_tokens += 1
+        if req.emitted >= req.spec.output_tokens:
+            self.kv_used -= req.context
+            req.finish_at = now
+            self.finish(req)
+            return
+        self._join(req)

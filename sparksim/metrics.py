@@ -1,0 +1,126 @@
+"""Summary metrics, named as vLLM's `bench serve` names them, plus the speculative-decoding ones.
+
+Latency figures (ttft, tpot, e2el) come from the requests that arrived inside the
+steady-state window and finished; throughput counts the tokens emitted inside the window;
+ITL comes from a log-binned histogram of inter-emission gaps (≤ 0.6 % bin width: with
+speculative decoding a step emits a chunk of tokens, and ITL is the gap between chunks,
+as vLLM measures it). `interactivity` is tokens per second per user = 1000 / mean TPOT (ms).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from sparksim.config import Scenario
+from sparksim.records import StreamStats
+
+PERCENTILES = (("median", 0.5), ("p90", 0.9), ("p99", 0.99))
+
+
+def _dist(name: str, values_ms: np.ndarray[Any, np.dtype[np.float64]]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    if values_ms.size == 0:
+        out[f"mean_{name}_ms"] = math.nan
+        for label, _ in PERCENTILES:
+            out[f"{label}_{name}_ms"] = math.nan
+        return out
+    out[f"mean_{name}_ms"] = float(values_ms.mean())
+    for label, q in PERCENTILES:
+        out[f"{label}_{name}_ms"] = float(np.quantile(values_ms, q))
+    return out
+
+
+def acceptance_by_position(stats: StreamStats) -> dict[str, list[float]]:
+    """Per-position survival P(acc ≥ k | verified ≥ k) and conditional P(acc ≥ k | acc ≥ k−1, verified ≥ k)."""
+    g = stats.gamma
+    joint = stats.joint.reshape(g + 1, g + 1)  # [ℓ, accepted]
+    ell = np.arange(g + 1)
+    survival, conditional = [], []
+    for k in range(1, g + 1):
+        ver = joint[ell >= k]  # rows with ℓ ≥ k
+        denom = ver.sum()
+        acc_k = ver[:, k:].sum()
+        acc_km1 = ver[:, k - 1 :].sum()
+        survival.append(float(acc_k / denom) if denom else math.nan)
+        conditional.append(float(acc_k / acc_km1) if acc_km1 else math.nan)
+    return {"survival": survival, "conditional": conditional}
+
+
+def summarize(
+    scenario: Scenario,
+    requests: pd.DataFrame,
+    stats: StreamStats,
+    census: dict[str, int],
+    domains: list[str],
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Return the run's summary dict (what summary.json holds)."""
+    w0, w1 = stats.window_start, stats.window_end
+    window_s = w1 - w0
+    steady = requests[(requests["arrival_at"] >= w0) & (requests["arrival_at"] <= w1)]
+    ttft = (steady["first_token_at"] - steady["arrival_at"]).to_numpy() * 1e3
+    e2el = (steady["finish_at"] - steady["arrival_at"]).to_numpy() * 1e3
+    multi = steady[steady["output_tokens"] > 1]
+    tpot = ((multi["finish_at"] - multi["first_token_at"]) / (multi["output_tokens"] - 1)).to_numpy() * 1e3
+    gpus = scenario.cluster.replicas * scenario.cluster.gpus_per_replica
+    out_tput = stats.window_tokens / window_s
+    finished_in_window = requests[(requests["finish_at"] >= w0) & (requests["finish_at"] <= w1)]
+    summary: dict[str, Any] = {
+        "scenario": scenario.name,
+        "policy": scenario.policy.name,
+        "seed": scenario.seed,
+        "duration_s": scenario.run.duration_s,
+        "window": {"warmup_s": w0, "cooldown_s": scenario.run.duration_s - w1, "length_s": window_s},
+        "num_gpus": gpus,
+        "completed": len(finished_in_window),
+        "steady_requests": len(steady),
+        "request_throughput": len(finished_in_window) / window_s,
+        "output_throughput": out_tput,
+        "tput_per_gpu": out_tput / gpus,
+    }
+    summary.update(_dist("ttft", ttft))
+    summary.update(_dist("tpot", tpot))
+    itl_qs = stats.itl_quantiles([q for _, q in PERCENTILES])
+    summary["mean_itl_ms"] = stats.itl_sum_s / stats.itl_count * 1e3 if stats.itl_count else math.nan
+    for (label, _), v in zip(PERCENTILES, itl_qs, strict=True):
+        summary[f"{label}_itl_ms"] = v * 1e3
+    summary.update(_dist("e2el", e2el))
+    mean_tpot = summary["mean_tpot_ms"]
+    summary["interactivity"] = 1e3 / mean_tpot if mean_tpot and not math.isnan(mean_tpot) else math.nan
+    rs = stats.window_request_steps
+    summary["mean_acceptance_length"] = stats.window_emitted_decode / rs if rs else math.nan
+    summary["verify_budget_per_request"] = (rs + stats.window_verified) / rs if rs else math.nan
+    summary["acceptance_by_position"] = acceptance_by_position(stats)
+    slo = scenario.slo
+    if any(v is not None for v in (slo.ttft_ms, slo.tpot_ms, slo.e2el_ms)):
+        good = np.ones(len(steady), dtype=bool)
+        if slo.ttft_ms is not None:
+            good &= ttft <= slo.ttft_ms
+        if slo.e2el_ms is not None:
+            good &= e2el <= slo.e2el_ms
+        if slo.tpot_ms is not None:
+            tp = ((steady["finish_at"] - steady["first_token_at"])
+                  / np.maximum(steady["output_tokens"] - 1, 1)).to_numpy() * 1e3
+            good &= tp <= slo.tpot_ms
+        summary["request_goodput"] = float(good.sum()) / window_s
+        summary["slo_attainment"] = float(good.mean()) if len(good) else math.nan
+        summary["slo"] = slo.model_dump()
+    by_dom = {}
+    for k, dom in enumerate(domains):
+        sub = steady[steady["domain"] == k]
+        if len(sub):
+            steps = sub["decode_steps"].sum()
+            by_dom[dom] = {
+                "requests": len(sub),
+                "mean_acceptance_length": float((sub["output_tokens"] - 1).sum() / steps) if steps else math.nan,
+            }
+    summary["by_domain"] = by_dom
+    summary["census"] = census
+    summary["trace_switches"] = int(requests["trace_switches"].sum())
+    if extra:
+        summary.update(extra)
+    return summary

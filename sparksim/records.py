@@ -1,0 +1,138 @@
+"""Flat result records: one row per request and one row per engine step, as growable columns.
+
+Columns are `array.array` buffers (8 bytes a value, amortised O(1) appends) so a long run
+keeps memory proportional to the rows kept, and the per-step path does no allocation
+beyond the appends. Streaming statistics (the ITL histogram, per-position acceptance
+counts, window token counts) live in `StreamStats` and cost O(1) memory whatever the horizon.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+from numpy.typing import NDArray
+
+REQUEST_COLUMNS: dict[str, str] = {
+    "request_id": "q",
+    "user": "q",  # closed loop: the user who sent it; -1 for open loop
+    "replica": "q",
+    "domain": "q",  # index into the run's domain list
+    "trace_request": "q",  # index of the first trace request replayed
+    "arrival_at": "d",
+    "first_token_at": "d",
+    "finish_at": "d",
+    "prompt_tokens": "q",
+    "output_tokens": "q",  # the request's output length
+    "emitted_tokens": "q",  # tokens it actually emitted (INV-1: equal when finished)
+    "decode_steps": "q",
+    "verified_drafts": "q",
+    "accepted_drafts": "q",
+    "preemptions": "q",
+    "trace_switches": "q",  # continuations onto another trace request of the same domain
+}
+
+STEP_COLUMNS: dict[str, str] = {
+    "replica": "q",
+    "step": "q",
+    "start_at": "d",
+    "step_s": "d",
+    "draft_s": "d",
+    "verify_s": "d",
+    "decision_s": "d",
+    "num_requests": "q",
+    "batch_tokens": "q",
+    "prefill_tokens": "q",
+    "verified_drafts": "q",
+    "accepted_drafts": "q",
+    "emitted_tokens": "q",
+    "context_mean": "d",
+}
+
+
+class Columns:
+    """A table under construction: one typed array per column, appended row by row."""
+
+    def __init__(self, schema: dict[str, str]) -> None:
+        self.schema = schema
+        self.cols: dict[str, array[float] | array[int]] = {k: array(t) for k, t in schema.items()}
+        self._arrays = list(self.cols.values())
+
+    def append_row(self, row: tuple[float | int, ...]) -> None:
+        """Append one row, values in schema order."""
+        for arr, val in zip(self._arrays, row, strict=True):
+            arr.append(val)  # type: ignore[arg-type]
+
+    def __len__(self) -> int:
+        first = next(iter(self.cols.values()))
+        return len(first)
+
+    def to_frame(self) -> pd.DataFrame:
+        data = {
+            k: np.frombuffer(v, dtype=np.float64 if self.schema[k] == "d" else np.int64).copy()
+            for k, v in self.cols.items()
+        }
+        return pd.DataFrame(data)
+
+
+# ITL histogram: log-spaced bins from 1 µs to 1000 s, 200 per decade (≤ 0.6 % bin width).
+_ITL_LO = 1e-6
+_ITL_PER_DECADE = 200
+_ITL_BINS = 9 * _ITL_PER_DECADE + 2
+
+
+def itl_bin(gap_s: float) -> int:
+    """Return the ITL histogram bin of an inter-token gap in seconds."""
+    if gap_s <= _ITL_LO:
+        return 0
+    return min(int(math.log10(gap_s / _ITL_LO) * _ITL_PER_DECADE) + 1, _ITL_BINS - 1)
+
+
+def itl_bin_value(idx: NDArray[np.int64]) -> NDArray[np.float64]:
+    """Return the geometric centre (seconds) of ITL histogram bins."""
+    return _ITL_LO * 10.0 ** ((np.asarray(idx, np.float64) - 0.5) / _ITL_PER_DECADE)
+
+
+@dataclass
+class StreamStats:
+    """Steady-state statistics accumulated step by step in O(1) memory."""
+
+    gamma: int
+    window_start: float
+    window_end: float
+    itl_hist: NDArray[np.int64] = field(init=False)
+    itl_sum_s: float = 0.0
+    itl_count: int = 0
+    joint: NDArray[np.int64] = field(init=False)  # (γ+1)² counts of (ℓ, accepted drafts)
+    window_tokens: int = 0
+    window_steps: int = 0
+    window_request_steps: int = 0
+    window_verified: int = 0
+    window_emitted_decode: int = 0
+
+    def __post_init__(self) -> None:
+        self.itl_hist = np.zeros(_ITL_BINS, dtype=np.int64)
+        self.joint = np.zeros((self.gamma + 1) ** 2, dtype=np.int64)
+
+    def in_window(self, at: float) -> bool:
+        return self.window_start <= at <= self.window_end
+
+    def add_itl(self, gap_s: float, count: int) -> None:
+        """Record `count` inter-token gaps of `gap_s` seconds."""
+        self.itl_hist[itl_bin(gap_s)] += count
+        self.itl_sum_s += gap_s * count
+        self.itl_count += count
+
+    def itl_quantiles(self, qs: list[float]) -> list[float]:
+        """Return ITL quantiles (seconds) from the histogram; nan if no gap was recorded."""
+        if self.itl_count == 0:
+            return [math.nan] * len(qs)
+        cum = np.cumsum(self.itl_hist)
+        out = []
+        for q in qs:
+            idx = int(np.searchsorted(cum, q * cum[-1], side="left"))
+            out.append(float(itl_bin_value(np.array([idx]))[0]))
+        return out

@@ -1,0 +1,209 @@
+"""Run one scenario end to end: load inputs, check them, simulate, summarise, write results."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import warnings
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from sparksim.atomic import atomic_dir
+from sparksim.cluster import Cluster
+from sparksim.config import (
+    Scenario,
+    apply_overrides,
+    parse_scenario,
+    read_scenario_file,
+    resolve_path,
+)
+from sparksim.errors import ConfigError, RangeError
+from sparksim.invariants import InvariantError, check_run
+from sparksim.metrics import summarize
+from sparksim.policies import make_policy
+from sparksim.profile import Profile, ProfileWarning, load_profile
+from sparksim.traces.format import TraceSet, load_traceset
+
+
+@dataclass
+class RunResult:
+    """What a run produced, in memory."""
+
+    scenario: Scenario
+    summary: dict[str, Any]
+    requests: pd.DataFrame
+    steps: pd.DataFrame | None
+    violations: list[str]
+    wall_s: float
+    num_steps: int
+
+
+def load_scenario(
+    path: Path | str | None = None,
+    overrides: Iterable[str] = (),
+    policy: str | None = None,
+) -> tuple[Scenario, Path | None]:
+    """Read a scenario file (or the embedded default), apply --set overrides and --policy."""
+    data: dict[str, Any] = read_scenario_file(path) if path is not None else {}
+    base = Path(path).resolve().parent if path is not None else None
+    if policy is not None:
+        pol = data.setdefault("policy", {})
+        if not isinstance(pol, dict):
+            raise ConfigError(f"policy={pol!r} must be a mapping")
+        if pol.get("name") != policy:
+            data["policy"] = {"name": policy}
+    apply_overrides(data, overrides)
+    return parse_scenario(data), base
+
+
+def load_inputs(
+    scenario: Scenario, base: Path | None = None, *, strict: bool = False
+) -> tuple[Profile, TraceSet, Profile | None]:
+    """Load the scenario's profile(s) and trace set, and check them against the scenario.
+
+    Everything that can be known before simulating is checked here, so a bad scenario
+    fails before anything is simulated or written.
+    """
+    profile = load_profile(resolve_path(scenario.profile, base), mode=scenario.lookup, strict=strict)
+    traces = load_traceset(resolve_path(scenario.traces, base))
+    pf = scenario.cluster.prefill
+    prefill = (
+        load_profile(resolve_path(pf.profile, base), mode=scenario.lookup, strict=strict)
+        if pf.profile else None
+    )
+    if traces.num_requests == 0:
+        raise ConfigError(f"traces={scenario.traces!r}: the trace set is empty")
+    # a bad policy name or parameter (e.g. γ beyond the trace's block) fails here
+    policy = make_policy(scenario.policy.name, traces.gamma, scenario.policy.params)
+    cl = scenario.cluster
+    reserve = traces.gamma + 1 if policy.drafts else 1
+    if reserve > cl.max_batch_tokens:
+        raise ConfigError(
+            f"cluster.max_batch_tokens={cl.max_batch_tokens} is smaller than one request's "
+            f"verification ({reserve} tokens)"
+        )
+    need_tokens = min(cl.max_concurrency * reserve, cl.max_batch_tokens)
+    if profile.max_tokens < need_tokens:
+        msg = (
+            f"profile={scenario.profile!r} reaches {profile.max_tokens} tokens but this run may "
+            f"send batches of up to {need_tokens} (max_concurrency × (γ+1), capped by "
+            "max_batch_tokens); larger batches will be extrapolated"
+        )
+        if strict:
+            raise RangeError(msg + " (an error under --strict)")
+        warnings.warn(msg, ProfileWarning, stacklevel=2)
+    if cl.kv_capacity_tokens is not None:
+        wl = scenario.workload
+        if wl.lengths.source == "traces":
+            longest = int((traces.requests["prompt_tokens"] + traces.requests["output_tokens"]).max())
+        else:
+            longest = wl.lengths.prompt.max + wl.lengths.output.max
+        if longest + reserve > cl.kv_capacity_tokens:
+            raise ConfigError(
+                f"cluster.kv_capacity_tokens={cl.kv_capacity_tokens} cannot hold the longest request "
+                f"({longest} tokens + {reserve} reserved); it would wait forever"
+            )
+    return profile, traces, prefill
+
+
+def simulate(
+    scenario: Scenario,
+    base: Path | None = None,
+    *,
+    strict: bool = False,
+    check: bool = False,
+    progress: Callable[[float], None] | None = None,
+    inputs: tuple[Profile, TraceSet, Profile | None] | None = None,
+) -> RunResult:
+    """Simulate `scenario` and return its records and summary (nothing is written)."""
+    profile, traces, prefill = inputs or load_inputs(scenario, base, strict=strict)
+    cluster = Cluster(scenario, profile, traces, prefill, base_dir=base)
+    if check:
+        for eng in cluster.engines:
+            eng.check = True
+    t0 = time.perf_counter()
+    cluster.run(progress)
+    wall_s = time.perf_counter() - t0
+    requests = cluster.request_records.to_frame()
+    steps = cluster.step_records.to_frame() if cluster.step_records is not None else None
+    census = cluster.census()
+    policy = cluster.policies[0]
+    num_steps = sum(e.step_index for e in cluster.engines)
+    violations = check_run(
+        requests, steps, census, gamma=traces.gamma, max_tokens=scenario.cluster.max_batch_tokens,
+        plain_decoding=not policy.drafts,
+    ) if check else []
+    extra = {
+        "policy_label": policy.label(),
+        "lossless": bool(policy.lossless and not policy.upper_bound),
+        "upper_bound": bool(policy.upper_bound),
+        "policy_params": policy.params,
+        "gamma": traces.gamma,
+        "profile": {"name": profile.name, "source": profile.source, "lookup": profile.mode},
+        "traces": {"name": traces.name, "source": str(traces.card.get("source", "unknown"))},
+        "engine_steps": num_steps,
+        "prefill_mode": scenario.cluster.prefill.mode,
+        "continuation_note": (
+            "requests longer than their trace request continue on another trace request of the "
+            "same domain (trace_switches counts them)"
+        ),
+    }
+    summary = summarize(scenario, requests, cluster.stats, census, cluster.sampler.domains, extra)
+    return RunResult(scenario, summary, requests, steps, violations, wall_s, num_steps)
+
+
+def _clean(obj: Any) -> Any:
+    """Make a summary JSON-safe: NaN and infinities become null; NumPy scalars become Python."""
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_clean(v) for v in obj]
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def summary_json(summary: dict[str, Any]) -> str:
+    return json.dumps(_clean(summary), indent=2, sort_keys=False) + "\n"
+
+
+def write_results(result: RunResult, out: Path) -> Path:
+    """Write a results folder atomically: scenario.yaml, requests/steps parquet, summary.json."""
+    with atomic_dir(out) as tmp:
+        (tmp / "scenario.yaml").write_text(result.scenario.to_yaml())
+        result.requests.to_parquet(tmp / "requests.parquet", index=False)
+        if result.steps is not None:
+            result.steps.to_parquet(tmp / "steps.parquet", index=False)
+        (tmp / "summary.json").write_text(summary_json(result.summary))
+    return out
+
+
+def default_out_dir(scenario: Scenario) -> Path:
+    return Path("results") / f"{scenario.name}-{scenario.policy.name}-seed{scenario.seed}"
+
+
+def check_determinism(scenario: Scenario, base: Path | None, first: RunResult, strict: bool) -> list[str]:
+    """INV-5: a second run of the same scenario gives byte-identical tables and summary."""
+    second = simulate(scenario, base, strict=strict)
+    out = []
+    if summary_json(first.summary) != summary_json(second.summary):
+        out.append("INV-5: summary.json differs between two runs of the same scenario and seed")
+    if not first.requests.equals(second.requests):
+        out.append("INV-5: requests table differs between two runs of the same scenario and seed")
+    if first.steps is not None and second.steps is not None and not first.steps.equals(second.steps):
+        out.append("INV-5: steps table differs between two runs of the same scenario and seed")
+    return out
+
+
+__all__ = [
+    "InvariantError", "RunResult", "check_determinism", "default_out_dir", "load_inputs",
+    "load_scenario", "simulate", "summary_json", "write_results",
+]

@@ -1,0 +1,118 @@
+"""Workloads: when requests arrive, how long they are, and which trace requests they replay.
+
+Pure functions over seeded NumPy generators; the SimPy processes that call them live in
+`sparksim.cluster`. Inter-arrival times follow vLLM `bench serve`'s conventions: Poisson
+(exponential gaps) or Gamma with a coefficient of variation (`cv`; vLLM's `burstiness` is
+the Gamma shape, so cv = 1/sqrt(burstiness)).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from numpy.typing import NDArray
+
+from sparksim.config import LengthDist, WorkloadConfig
+from sparksim.errors import ConfigError, FormatError
+from sparksim.traces.format import TraceSet
+
+MAX_REPLAY_ROWS = 10_000_000
+
+
+@dataclass(slots=True)
+class RequestSpec:
+    """What a client sends: lengths, domain and the trace request to replay."""
+
+    request_id: int
+    arrival_at: float
+    prompt_tokens: int
+    output_tokens: int
+    domain: int  # index into the run's domain list
+    trace_request: int  # index of the trace request whose positions are replayed first
+    user: int = -1
+
+
+class DomainSampler:
+    """Draws a domain by the mix weights, then a trace request of that domain uniformly."""
+
+    def __init__(self, traces: TraceSet, mix: dict[str, float]) -> None:
+        present = set(traces.domains)
+        weights = {d: w for d, w in mix.items() if w > 0}
+        for dom in weights:
+            if dom not in present:
+                raise ConfigError(
+                    f"workload.mix.{dom}={mix[dom]}: trace set {traces.name!r} has no requests "
+                    f"of domain {dom!r} (it has {sorted(present)})"
+                )
+        self.domains: list[str] = sorted(present)
+        self.by_domain: list[NDArray[np.int64]] = [traces.requests_in(d) for d in self.domains]
+        p = np.array([weights.get(d, 0.0) for d in self.domains], dtype=np.float64)
+        self.p = p / p.sum()
+        self.cum_p = np.cumsum(self.p)
+
+    def draw(self, rng: np.random.Generator) -> tuple[int, int]:
+        """Return (domain index, trace request index)."""
+        dom = int(np.searchsorted(self.cum_p, rng.random() * self.cum_p[-1], side="right"))
+        dom = min(dom, len(self.domains) - 1)
+        pool = self.by_domain[dom]
+        return dom, int(pool[rng.integers(pool.size)])
+
+    def next_in_domain(self, rng: np.random.Generator, dom: int, current: int) -> int:
+        """Return another trace request of `dom` than `current` (a continuation, never a loop)."""
+        pool = self.by_domain[dom]
+        if pool.size < 2:
+            return int(pool[0])
+        pick = int(pool[rng.integers(pool.size - 1)])
+        return pick if pick != current else int(pool[-1])
+
+
+def lognormal_length(rng: np.random.Generator, dist: LengthDist) -> int:
+    """Draw one length from a clipped lognormal."""
+    return int(np.clip(round(float(rng.lognormal(dist.mu, dist.sigma))), dist.min, dist.max))
+
+
+def interarrival_s(rng: np.random.Generator, cfg: WorkloadConfig) -> float:
+    """Draw one inter-arrival gap (seconds) for an open-loop workload."""
+    if cfg.kind == "poisson":
+        return float(rng.exponential(1.0 / cfg.rate))
+    shape = cfg.burstiness if cfg.burstiness is not None else 1.0 / cfg.cv**2
+    return float(rng.gamma(shape, 1.0 / (cfg.rate * shape)))
+
+
+def load_arrivals(path: Path, domains: list[str]) -> pd.DataFrame:
+    """Read and validate an arrival CSV (`arrival_s, prompt_tokens, output_tokens[, domain]`)."""
+    try:
+        df = pd.read_csv(path, nrows=MAX_REPLAY_ROWS + 1)
+    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise FormatError(path, [f"cannot be read as CSV ({exc})"]) from None
+    problems: list[str] = []
+    if len(df) > MAX_REPLAY_ROWS:
+        problems.append(f"more than {MAX_REPLAY_ROWS} rows")
+    for col in ("arrival_s", "prompt_tokens", "output_tokens"):
+        if col not in df.columns:
+            problems.append(f"missing column {col!r} (has {list(df.columns)})")
+    if problems:
+        raise FormatError(path, problems)
+    if df.empty:
+        raise FormatError(path, ["no rows"])
+    for col, low in (("arrival_s", 0.0), ("prompt_tokens", 1), ("output_tokens", 1)):
+        vals = pd.to_numeric(df[col], errors="coerce").to_numpy(np.float64)
+        bad = ~np.isfinite(vals) | (vals < low)
+        if bad.any():
+            row = int(np.argmax(bad))
+            problems.append(f"column {col!r} row {row} is {df[col].iloc[row]!r} (must be >= {low})")
+        df[col] = vals
+    if not problems and (np.diff(df["arrival_s"].to_numpy()) < 0).any():
+        row = int(np.argmax(np.diff(df["arrival_s"].to_numpy()) < 0)) + 1
+        problems.append(f"column 'arrival_s' row {row} goes back in time (arrivals must be sorted)")
+    if "domain" in df.columns:
+        bad_dom = ~df["domain"].astype(str).isin(domains)
+        if bad_dom.any():
+            row = int(np.argmax(bad_dom.to_numpy()))
+            problems.append(f"column 'domain' row {row} is {df['domain'].iloc[row]!r} (trace set has {domains})")
+    if problems:
+        raise FormatError(path, problems)
+    return df
