@@ -263,7 +263,7 @@ class Engine:
                 if self.drafts:
                     draft_s = profile.draft_s_scalar(n)
                     batch = StepBatch(
-                        request_ids=st[RID, :n],
+                        request_ids=st[RID, :n].copy(),  # policies may keep it across steps
                         conf=self.t_conf.take(rows, axis=0),
                         survival=self.t_surv.take(rows, axis=0),
                         fixed_tokens=fixed,

@@ -26,7 +26,7 @@ from sparksim.config import (
 from sparksim.errors import ConfigError, RangeError
 from sparksim.invariants import InvariantError, check_run
 from sparksim.metrics import summarize
-from sparksim.policies import make_policy
+from sparksim.policies import make_policy, resolve
 from sparksim.profile import Profile, ProfileWarning, load_profile
 from sparksim.traces.format import TraceSet, load_traceset
 
@@ -70,6 +70,7 @@ def load_inputs(
     Everything that can be known before simulating is checked here, so a bad scenario
     fails before anything is simulated or written.
     """
+    resolve(scenario.policy.name)  # an unknown policy fails before any file is read
     profile = load_profile(resolve_path(scenario.profile, base), mode=scenario.lookup, strict=strict)
     traces = load_traceset(resolve_path(scenario.traces, base))
     pf = scenario.cluster.prefill

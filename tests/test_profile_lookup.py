@@ -1,0 +1,172 @@
+"""SPS(B) lookup semantics: what cost the simulator charges for a batch the profile did not list.
+
+Every scheduler decision is a comparison of costs read from a profile, so padding,
+interpolation, extrapolation and clean-up must do exactly what DESIGN §3 says.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sparksim.errors import RangeError
+from sparksim.profile import Profile, ProfileWarning, load_profile, write_profile
+
+CARD: dict[str, Any] = {
+    "source": "synthetic",
+    "hardware": "test",
+    "model": "test",
+    "dtype": "bf16",
+    "date": "2026-01-01",
+    "command": "tests/test_profile_lookup.py",
+}
+TOKENS = [1, 8, 16, 128]
+STEP_MS = [1.0, 2.0, 3.0, 10.0]
+
+
+def _write(tmp_path: Path, verify: pd.DataFrame, draft: pd.DataFrame | None = None,
+           name: str = "p") -> Path:
+    return write_profile(tmp_path / name, verify, CARD, draft)
+
+
+@pytest.fixture
+def flat_path(tmp_path: Path) -> Path:
+    draft = pd.DataFrame({"requests": [1, 4, 16], "draft_ms": [0.5, 1.0, 2.0]})
+    return _write(tmp_path, pd.DataFrame({"tokens": TOKENS, "step_ms": STEP_MS}), draft)
+
+
+@pytest.fixture
+def ctx_path(tmp_path: Path) -> Path:
+    # cost(tokens, context) = tokens/8 + context/1024 ms, on a 2 × 3 grid
+    rows = [(t, c, t / 8 + c / 1024) for c in (1024, 4096) for t in (8, 16, 32)]
+    return _write(tmp_path, pd.DataFrame(rows, columns=["tokens", "context", "step_ms"]), name="c")
+
+
+def _ms(prof: Profile, tokens: Any, context: Any = None) -> np.ndarray:
+    return prof.verify_s(tokens, context) * 1e3
+
+
+def test_step_mode_pads_a_batch_up_to_the_next_profiled_size(flat_path: Path) -> None:
+    """A batch of 121 runs the 128-token graph: it must cost exactly what 128 costs."""
+    prof = load_profile(flat_path, mode="step")
+    got = _ms(prof, [1, 2, 8, 9, 16, 17, 121, 128])
+    np.testing.assert_allclose(got, [1, 2, 2, 3, 3, 10, 10, 10])
+    assert float(_ms(prof, 0.5)) == pytest.approx(1.0)  # below the first point: the first cost
+
+
+def test_linear_mode_interpolates_between_profiled_sizes(flat_path: Path) -> None:
+    """Linear mode is for eager engines: cost between two points lies on the segment joining them."""
+    prof = load_profile(flat_path, mode="linear")
+    t = np.array([1, 4.5, 8, 12, 72, 128])
+    want = np.interp(t, TOKENS, STEP_MS)
+    np.testing.assert_allclose(_ms(prof, t), want, rtol=1e-12)
+    assert _ms(prof, 72) == pytest.approx(3 + (72 - 16) / (128 - 16) * 7)
+
+
+def test_extrapolation_past_the_last_point_follows_the_last_slope_and_warns_once(
+    flat_path: Path,
+) -> None:
+    """Past the table the cost must keep rising at the last slope, and the user hears about it once."""
+    slope = (10.0 - 3.0) / (128 - 16)
+    for mode in ("step", "linear"):
+        prof = load_profile(flat_path, mode=mode)  # type: ignore[arg-type]
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            first = _ms(prof, 256)
+            again = _ms(prof, [300, 512])
+        msgs = [w for w in caught if issubclass(w.category, ProfileWarning)]
+        assert len(msgs) == 1, [str(w.message) for w in msgs]
+        assert "tokens=256" in str(msgs[0].message) and "extrapolat" in str(msgs[0].message)
+        assert float(first) == pytest.approx(10 + 128 * slope)
+        np.testing.assert_allclose(again, [10 + 172 * slope, 10 + 384 * slope])
+
+
+def test_strict_profile_raises_range_error_instead_of_extrapolating(flat_path: Path) -> None:
+    """Under --strict a result must never rest on numbers the profile does not hold."""
+    prof = load_profile(flat_path, strict=True)
+    assert float(_ms(prof, 128)) == pytest.approx(10.0)
+    with pytest.raises(RangeError, match="tokens=129"):
+        prof.verify_s([4, 129])
+    with pytest.raises(RangeError, match="draft"):
+        prof.draft_s(17)
+
+
+def test_context_is_interpolated_linearly_between_profiled_contexts(ctx_path: Path) -> None:
+    """Attention makes cost grow with context; between profiled contexts the cost is the chord."""
+    prof = load_profile(ctx_path, mode="linear")
+    assert prof.has_context
+    tokens = np.array([8, 16, 32, 24])
+    ctx = np.array([1024, 2048, 3000, 4096])
+    np.testing.assert_allclose(_ms(prof, tokens, ctx), tokens / 8 + ctx / 1024, rtol=1e-9)
+    # 2-D: step mode pads tokens, then interpolates context
+    step = load_profile(ctx_path, mode="step")
+    assert float(_ms(step, 9, 2560)) == pytest.approx(16 / 8 + 2560 / 1024)
+    # below the first context the first row is used (no extrapolation downwards)
+    assert float(_ms(prof, 16, 10)) == pytest.approx(16 / 8 + 1.0)
+
+
+def test_context_past_the_last_profiled_context_extrapolates_with_one_warning(
+    ctx_path: Path,
+) -> None:
+    """Long contexts beyond the table are common; the extrapolation must be linear and announced."""
+    prof = load_profile(ctx_path, mode="linear")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = _ms(prof, [16, 32], [8192, 16384])
+        _ms(prof, 16, 9000)
+    msgs = [str(w.message) for w in caught if issubclass(w.category, ProfileWarning)]
+    assert len(msgs) == 1 and "context=16384" in msgs[0]
+    np.testing.assert_allclose(got, [2 + 8, 4 + 16], rtol=1e-9)
+    with pytest.raises(RangeError, match="context"):
+        load_profile(ctx_path, strict=True).verify_s(16, 5000)
+
+
+def test_lookup_is_vectorised_and_keeps_the_callers_shape(ctx_path: Path) -> None:
+    """The engine asks for many batches at once; the answer must line up element by element."""
+    prof = load_profile(ctx_path, mode="linear")
+    tokens = np.array([[8, 16, 32], [32, 16, 8]])
+    ctx = np.array([[1024, 4096, 2048], [1024, 1024, 4096]])
+    got = prof.step_s(tokens, ctx)
+    assert got.shape == (2, 3)
+    np.testing.assert_allclose(got * 1e3, tokens / 8 + ctx / 1024, rtol=1e-9)
+    np.testing.assert_allclose(prof.sps(tokens, ctx), 1.0 / got)
+    # one context for every batch, and one batch at every context
+    np.testing.assert_allclose(_ms(prof, [8, 32], 2048), [1 + 2, 4 + 2], rtol=1e-9)
+    np.testing.assert_allclose(_ms(prof, 16, [1024, 2048, 4096]), [2 + 1, 2 + 2, 2 + 4], rtol=1e-9)
+
+
+def test_draft_cost_is_looked_up_by_request_count(flat_path: Path, tmp_path: Path) -> None:
+    """Drafting costs by request count, padded like verification; no requests means no drafting."""
+    prof = load_profile(flat_path, mode="step")
+    np.testing.assert_allclose(prof.draft_s([0, 1, 2, 4, 5, 16]) * 1e3, [0, 0.5, 1, 1, 2, 2])
+    lin = load_profile(flat_path, mode="linear")
+    assert float(lin.draft_s(10)) * 1e3 == pytest.approx(1.0 + 6 / 12 * 1.0)
+    no_draft = _write(tmp_path, pd.DataFrame({"tokens": TOKENS, "step_ms": STEP_MS}), name="nd")
+    assert not (no_draft / "draft.csv").exists()
+    np.testing.assert_array_equal(load_profile(no_draft).draft_s([1, 64]), [0.0, 0.0])
+
+
+def test_cost_that_falls_with_batch_size_is_raised_to_the_running_maximum_with_a_warning(
+    tmp_path: Path,
+) -> None:
+    """A cheaper bigger batch is measurement noise; trusting it would make schedulers chase it."""
+    path = tmp_path / "dip"
+    path.mkdir()
+    pd.DataFrame({"tokens": [1, 2, 4, 8], "step_ms": [1.0, 3.0, 2.0, 4.0]}).to_csv(
+        path / "verify.csv", index=False)
+    pd.DataFrame({"requests": [1, 2, 3], "draft_ms": [2.0, 1.0, 3.0]}).to_csv(
+        path / "draft.csv", index=False)
+    (path / "card.yaml").write_text(
+        "\n".join(f"{k}: {v}" for k, v in CARD.items()) + "\n")
+    with pytest.warns(ProfileWarning, match="falls with batch size") as record:
+        prof = load_profile(path)
+    files = " ".join(str(w.message) for w in record)
+    assert "verify.csv" in files and "draft.csv" in files
+    np.testing.assert_allclose(prof.step_ms[0], [1, 3, 3, 4])
+    np.testing.assert_allclose(prof.draft_ms, [2, 2, 3])
+    assert float(prof.verify_s(4)) * 1e3 == pytest.approx(3.0)

@@ -1,0 +1,300 @@
+"""The SPS(B) profiler: what it measures, how it times, and how it fails on bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from sparksim.cli import app
+from sparksim.models import ModelSpec
+from sparksim.profile import check_profile, load_profile
+
+torch = pytest.importorskip("torch")
+
+from sparksim.profiling.card import verify_table, write_measured_profile  # noqa: E402
+from sparksim.profiling.model import KVCache, StepLayout, build_model  # noqa: E402
+from sparksim.profiling.peaks import MeasuredPeaks  # noqa: E402
+from sparksim.profiling.sweep import (  # noqa: E402
+    SweepConfig,
+    parse_int_list,
+    run_draft_sweep,
+    run_verify_sweep,
+)
+from sparksim.profiling.timing import Timing, time_replays  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+TINY = ModelSpec("tiny", num_layers=2, hidden=64, num_heads=4, num_kv_heads=2, head_dim=16,
+                 intermediate=128, vocab=256, max_position=512, tie_embeddings=False)
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> None:
+    torch.set_num_threads(1)  # the machine is shared; tiny matmuls gain nothing from threads
+
+
+def tiny_config(tmp_path: Path, **overrides: object) -> Path:
+    config = {**TINY.to_hf_config(), **overrides}
+    path = tmp_path / "tiny" / "config.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(config))
+    return path
+
+
+def test_profile_command_writes_a_profile_the_validator_accepts(tmp_path: Path) -> None:
+    # The tool exists to produce profiles the simulator can load; one it rejects is useless.
+    out = tmp_path / "prof"
+    cfg = tiny_config(tmp_path)
+    result = runner.invoke(app, [
+        "profile", "--model", str(cfg), "--device", "cpu", "--dtype", "fp32",
+        "--tokens", "1,3,8,17", "--context", "16,40", "--replays", "2", "--warmup", "1",
+        "--draft-layers", "1", "--gamma", "3", "--no-peaks", "--out", str(out),
+    ])
+    assert result.exit_code == 0, result.output
+    assert check_profile(out) == []
+    prof = load_profile(out)
+    assert prof.tokens.tolist() == [1, 3, 8, 17]
+    assert prof.contexts.tolist() == [16, 40]
+    card = yaml.safe_load((out / "card.yaml").read_text())
+    assert card["source"] == "measured"
+    assert card["tokens_per_request"] == 4  # 1 + γ with γ = 3
+    assert card["model_config_hash"] == TINY.config_hash()
+    assert card["devices"] == 1 and card["replays"] == 2
+    assert card["command"].startswith("sparksim profile --model ")
+    assert "--tokens 1,3,8,17" in card["command"]
+    for p in card["points"]:
+        assert p["min_ms"] <= p["median_ms"] <= p["max_ms"]
+        assert p["requests"] == -(-p["tokens"] // 4)
+    verify = pd.read_csv(out / "verify.csv")
+    assert (verify["min_ms"] <= verify["step_ms"]).all() and (verify["step_ms"] <= verify["max_ms"]).all()
+    draft = pd.read_csv(out / "draft.csv")
+    assert draft["requests"].tolist() == [1, 2, 5]  # ceil(B / 4) over the token list
+
+
+class FakeAsyncDevice:
+    """A device whose work finishes only when synchronised, like a CUDA stream.
+
+    `launch` queues work and returns at once; `stamp` reads a clock that has advanced only
+    through completed work, so a harness that reads it without synchronising sees nothing.
+    """
+
+    def __init__(self) -> None:
+        self.now_ms = 0.0
+        self.pending_ms = 0.0
+        self.log: list[str] = []
+
+    def launch(self, ms: float) -> None:
+        self.pending_ms += ms
+        self.log.append("launch")
+
+    def synchronize(self) -> None:
+        self.now_ms += self.pending_ms
+        self.pending_ms = 0.0
+        self.log.append("sync")
+
+    def stamp(self) -> float:
+        self.log.append("stamp")
+        return self.now_ms
+
+    def elapsed_ms(self, start: float, end: float) -> float:
+        return end - start
+
+
+def test_timing_harness_synchronises_before_reading_the_clock() -> None:
+    # Without a sync, an asynchronous device times the launch (≈ 0) instead of the work, and
+    # leftover warm-up work leaks into the first replay.
+    dev = FakeAsyncDevice()
+    durations = iter([100.0, 100.0, 3.0, 4.0, 5.0, 6.0, 7.0])  # 2 warm-ups, then 5 replays
+    timing = time_replays(lambda: dev.launch(next(durations)), dev, warmup=2, replays=5)
+    assert timing.samples_ms == (3.0, 4.0, 5.0, 6.0, 7.0)
+    assert timing.median_ms == 5.0 and timing.min_ms == 3.0 and timing.max_ms == 7.0
+    for i, event in enumerate(dev.log):
+        if event == "stamp":
+            assert dev.log[i - 1] == "sync", dev.log
+
+
+def test_flattened_variable_length_step_matches_running_each_request_alone() -> None:
+    # The profiler must time the computation a real verification step does: R requests of
+    # uneven length flattened into one batch give the same logits as each run on its own.
+    dtype, dev = torch.float32, torch.device("cpu")
+    model = build_model(TINY, dev, dtype, seed=3)
+    context, tokens, requests = 12, 7, 3  # lengths 3, 2, 2
+    ids = torch.randint(0, TINY.vocab, (tokens,), generator=torch.Generator().manual_seed(0))
+    cache = KVCache(TINY.num_layers, requests, TINY.num_kv_heads, context + 3, TINY.head_dim, dev, dtype)
+    cache.k.normal_()
+    cache.v.normal_()
+    k_before, v_before = cache.k.clone(), cache.v.clone()
+    layout = StepLayout.build(tokens, requests, context, TINY.head_dim, dev, dtype)
+    assert layout.pad_idx is not None
+    with torch.inference_mode():
+        flat = model(ids, layout, cache)
+        starts = [0, 3, 5, 7]
+        for r in range(requests):
+            alone = KVCache(TINY.num_layers, 1, TINY.num_kv_heads, context + 3, TINY.head_dim, dev, dtype)
+            alone.k.copy_(k_before[:, r:r + 1])
+            alone.v.copy_(v_before[:, r:r + 1])
+            n = starts[r + 1] - starts[r]
+            one = StepLayout.build(n, 1, context, TINY.head_dim, dev, dtype)
+            ref = model(ids[starts[r]:starts[r + 1]], one, alone)
+            torch.testing.assert_close(flat[starts[r]:starts[r + 1]], ref, rtol=1e-4, atol=1e-4)
+    # The cache is written in place at positions context.. and nowhere else.
+    changed = (cache.k != k_before).any(dim=(0, 2, 4))  # (R, L)
+    assert changed[:, :context].sum() == 0
+    assert changed[0, context:context + 3].all() and changed[1, context:context + 2].all()
+
+
+def test_unknown_preset_lists_the_presets(tmp_path: Path) -> None:
+    # A typo should teach the user the valid names, not print a traceback.
+    result = runner.invoke(app, ["profile", "--model", "qwen3-7b", "--out", str(tmp_path / "x")])
+    assert result.exit_code == 1
+    for name in ("qwen3-4b", "qwen3-8b", "qwen3-14b", "llama-3.1-8b", "cpu-demo"):
+        assert name in result.output
+    assert not (tmp_path / "x").exists()
+
+
+def test_config_json_missing_fields_are_named(tmp_path: Path) -> None:
+    # Users bring their own config.json; the error must say which fields it lacks.
+    cfg = tmp_path / "mine" / "config.json"
+    cfg.parent.mkdir()
+    cfg.write_text(json.dumps({"hidden_size": 64, "num_attention_heads": 4, "vocab_size": 10}))
+    result = runner.invoke(app, ["profile", "--model", str(cfg), "--out", str(tmp_path / "x")])
+    assert result.exit_code == 1
+    assert "num_hidden_layers" in result.output and "intermediate_size" in result.output
+    assert "hidden_size" not in result.output.split("missing field(s):")[1]
+
+
+def test_token_count_above_max_context_fails_before_any_timing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A sweep that cannot finish should fail in a second, not after minutes of timing.
+    import sparksim.profiling.sweep as sweep
+
+    def no_build(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the model was built before the bad token count was caught")
+
+    monkeypatch.setattr(sweep, "build_model", no_build)
+    monkeypatch.setattr(sweep, "time_replays", no_build)
+    cfg = tiny_config(tmp_path, max_position_embeddings=64)
+    result = runner.invoke(app, ["profile", "--model", str(cfg), "--tokens", "8,100",
+                                 "--context", "16", "--out", str(tmp_path / "x")])
+    assert result.exit_code == 1, result.output
+    assert "100" in result.output and "maximum context" in result.output
+    result = runner.invoke(app, ["profile", "--model", str(cfg), "--tokens", "8",
+                                 "--context", "60", "--out", str(tmp_path / "x")])
+    assert result.exit_code == 1 and "--context 60" in result.output
+
+
+def test_out_of_memory_at_one_size_marks_it_unavailable_and_the_sweep_goes_on(tmp_path: Path) -> None:
+    # On a real GPU the largest batch at the longest context may not fit; the rest of the
+    # profile is still worth having, and the card must say what is missing and why.
+    cfg = SweepConfig(spec=TINY, device="cpu", dtype="fp32", tokens=[1, 4, 9], contexts=[8, 32],
+                      replays=2, warmup=0, tokens_per_request=4)
+
+    def fault(kind: str, size: int, context: int) -> None:
+        if kind == "verify" and size == 9 and context == 32:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 GiB")
+
+    points = run_verify_sweep(cfg, fault=fault)
+    assert [(p.tokens, p.context, p.timing is None) for p in points] == [
+        (1, 8, False), (4, 8, False), (9, 8, False), (1, 32, False), (4, 32, False), (9, 32, True)]
+    assert "out of memory" in points[-1].error
+    drafts = run_draft_sweep(SweepConfig(spec=TINY, device="cpu", dtype="fp32", tokens=[1, 4, 9],
+                                         contexts=[8], replays=1, warmup=0, tokens_per_request=4,
+                                         draft_context=8))
+    out = write_measured_profile(tmp_path / "p", cfg, points, drafts, "sparksim profile ...")
+    assert check_profile(out) == []
+    assert pd.read_csv(out / "verify.csv")["tokens"].unique().tolist() == [1, 4]
+    card = yaml.safe_load((out / "card.yaml").read_text())
+    assert card["unavailable"] == [{"tokens": 9, "context": 32, "reason": points[-1].error}]
+    assert card["left_out_of_verify_csv"]["tokens"] == [9]
+    assert {"tokens": 9, "context": 32, "requests": 3, "graph": False,
+            "unavailable": points[-1].error} in card["points"]
+
+
+def test_card_states_the_roofline_error_per_decade_of_batch(tmp_path: Path) -> None:
+    # Users trust analytic profiles only as far as a measurement backs them; the card says how far.
+    from sparksim.hardware import HardwareSpec
+    from sparksim.roofline import roofline_verify_ms
+
+    cfg = SweepConfig(spec=TINY, device="cpu", dtype="bf16", tokens=[1, 5, 12, 150],
+                      contexts=[16], drafter=None)
+    peaks = MeasuredPeaks(matmul_flops_per_s=1e11, copy_bytes_per_s=1e10, matmul_size=64,
+                          copy_bytes=1 << 20)
+    hw = HardwareSpec("x", peak_flops=1e11, mem_bytes_per_s=1e10, compute_eff=1.0, mem_eff=1.0,
+                      step_overhead_ms=0.0)
+    # Fake measurements exactly twice the roofline, except B = 12 at three times.
+    from sparksim.profiling.sweep import PointResult
+    points = []
+    for t in cfg.tokens:
+        analytic = float(roofline_verify_ms(hw, TINY, t, 16, dtype_bytes=2, tokens_per_request=8))
+        factor = 3.0 if t == 12 else 2.0
+        points.append(PointResult(t, 16, -(-t // 8), t, False, Timing((analytic * factor,) * 3)))
+    out = write_measured_profile(tmp_path / "p", cfg, points, [], "sparksim profile ...", peaks=peaks)
+    err = yaml.safe_load((out / "card.yaml").read_text())["analytic_error"]
+    decades = {(d["tokens_from"], d["tokens_to"]): d for d in err["by_decade"]}
+    assert set(decades) == {(1, 10), (10, 100), (100, 1000)}
+    assert decades[(1, 10)]["points"] == 2
+    assert decades[(1, 10)]["median_ratio"] == pytest.approx(0.5, rel=1e-3)
+    assert decades[(10, 100)]["median_abs_error"] == pytest.approx(2 / 3, rel=1e-3)
+    assert err["hardware_spec"]["peak_flops"] == 1e11
+
+
+def test_verify_table_keeps_only_token_counts_measured_at_every_context() -> None:
+    # The profile format needs a full (context × tokens) grid.
+    from sparksim.profiling.sweep import PointResult
+    t = Timing((1.0, 2.0, 3.0))
+    pts = [PointResult(1, 8, 1, 1, False, t), PointResult(2, 8, 1, 2, False, t),
+           PointResult(1, 64, 1, 1, False, t), PointResult(2, 64, 1, 2, False, None, "oom"),
+           PointResult(1, 512, 1, 1, False, None, "oom"), PointResult(2, 512, 1, 2, False, None, "oom")]
+    df, dropped_tok, dropped_ctx = verify_table(pts)
+    assert dropped_ctx == [512] and dropped_tok == [2]
+    assert df[["context", "tokens"]].to_numpy().tolist() == [[8, 1], [64, 1]]
+    assert np.allclose(df["step_ms"], 2.0)
+
+
+def test_token_lists_and_ranges_parse() -> None:
+    # `--tokens 1-1024:8` is how users ask for a staircase-resolving sweep.
+    assert parse_int_list("1,2,4", "--tokens") == [1, 2, 4]
+    assert parse_int_list("1-4,8", "--tokens") == [1, 2, 3, 4, 8]
+    assert parse_int_list("1-20:8", "--tokens") == [1, 9, 17, 20]
+    with pytest.raises(Exception, match="'x'"):
+        parse_int_list("1,x", "--tokens")
+
+
+def test_cuda_request_without_a_gpu_is_a_clear_error(tmp_path: Path) -> None:
+    # On a machine without a GPU the user must hear so, not get a CPU figure labelled cuda.
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    result = runner.invoke(app, ["profile", "--model", str(tiny_config(tmp_path)), "--device",
+                                 "cuda", "--out", str(tmp_path / "x")])
+    assert result.exit_code == 1 and "no CUDA device" in result.output
+    result = runner.invoke(app, ["profile", "--model", str(tiny_config(tmp_path)), "--graphs",
+                                 "--out", str(tmp_path / "x")])
+    assert result.exit_code == 1 and "--graphs needs --device cuda" in result.output
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
+def test_cuda_sweep_replays_captured_graphs_and_pads_to_the_next_size(tmp_path: Path) -> None:
+    # On GPU a batch of 5 runs the 8-token graph, as in vLLM; the card lists the sizes.
+    out = tmp_path / "prof"
+    result = runner.invoke(app, [
+        "profile", "--model", str(tiny_config(tmp_path)), "--device", "cuda", "--dtype", "bf16",
+        "--tokens", "1,5,8,600", "--context", "32", "--replays", "5", "--max-capture-size", "16",
+        "--draft-layers", "1", "--out", str(out),
+    ])
+    assert result.exit_code == 0, result.output
+    assert check_profile(out) == []
+    card = yaml.safe_load((out / "card.yaml").read_text())
+    assert card["graph_capture_sizes"] == [1, 2, 4, 8, 16]
+    by_tokens = {p["tokens"]: p for p in card["points"]}
+    assert by_tokens[5]["ran_as"] == 8 and by_tokens[5]["graph"] is True
+    assert by_tokens[600]["graph"] is False
+    assert "CUDA" in card["timer"] and card["device"]["cuda"]

@@ -1,0 +1,94 @@
+"""Scenario validation: bad input must fail before anything is simulated or written, with a
+message naming the key and the value, so a typo never silently runs the wrong experiment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sparksim.config import Scenario, apply_overrides, check_scenario_file, parse_scenario
+from sparksim.errors import ConfigError, RangeError
+from sparksim.runner import load_inputs, load_scenario, simulate
+
+
+def test_embedded_default_is_valid_and_uses_the_shipped_inputs() -> None:
+    sc = Scenario()
+    assert sc.workload.kind == "closed" and sc.workload.concurrency == 64
+    assert sc.workload.mix == {"math": 0.39, "code": 0.39, "chat": 0.22}
+    assert sc.profile.endswith("h100-qwen3-8b-analytic")
+
+
+def test_unknown_key_suggests_the_nearest_valid_key() -> None:
+    with pytest.raises(ConfigError, match=r"workload\.concurency.*did you mean 'workload\.concurrency'"):
+        parse_scenario({"workload": {"concurency": 3}})
+
+
+@pytest.mark.parametrize(
+    ("override", "needle"),
+    [
+        ("workload.rate=0", "workload.rate=0"),
+        ("workload.rate=-1", "workload.rate=-1"),
+        ("workload.concurrency=0", "workload.concurrency=0"),
+        ("cluster.kv_capacity_tokens=-5", "cluster.kv_capacity_tokens=-5"),
+        ("cluster.max_concurrency=0", "cluster.max_concurrency=0"),
+        ("workload.mix.math=-1", "workload.mix.math=-1"),
+        ("run.duration_s=0", "run.duration_s=0"),
+    ],
+)
+def test_bad_values_name_the_key_and_value(override: str, needle: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_scenario(apply_overrides({}, [override]))
+    assert needle in str(err.value)
+
+
+def test_gamma_beyond_the_trace_block_is_an_error(flat_profile: Path, traces_07: Path) -> None:
+    sc, base = load_scenario(None, [f"profile={flat_profile}", f"traces={traces_07}",
+                                    "policy.gamma=9"], "static")
+    with pytest.raises(ConfigError, match="gamma=9"):
+        load_inputs(sc, base)
+
+
+def test_domain_without_requests_is_an_error(flat_profile: Path, traces_07: Path) -> None:
+    sc, base = load_scenario(None, [f"profile={flat_profile}", f"traces={traces_07}",
+                                    "workload.mix={math: 1, poetry: 1}"], "static")
+    with pytest.raises(ConfigError, match="poetry"):
+        simulate(sc, base)
+
+
+def test_profile_too_short_warns_and_fails_under_strict(tmp_path: Path, traces_07: Path) -> None:
+    from tests.conftest import make_profile
+
+    short = make_profile(tmp_path / "short", tokens=(1, 8, 64))
+    sc, base = load_scenario(None, [f"profile={short}", f"traces={traces_07}"], "static")
+    with pytest.warns(UserWarning, match="reaches 64 tokens"):
+        load_inputs(sc, base)
+    with pytest.raises(RangeError, match="--strict"):
+        load_inputs(sc, base, strict=True)
+
+
+def test_unknown_policy_lists_the_valid_ones() -> None:
+    from sparksim.policies import make_policy
+
+    with pytest.raises(ConfigError, match="valid policies: .*static"):
+        make_policy("gredy", 7)
+
+
+def test_validate_reports_every_problem_in_a_scenario_file(tmp_path: Path) -> None:
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml.safe_dump({"workload": {"concurency": 3}, "clustr": {}}))
+    problems = check_scenario_file(f)
+    assert len(problems) == 2
+
+
+def test_kv_capacity_smaller_than_one_request_is_an_error(flat_profile: Path, traces_07: Path) -> None:
+    sc, base = load_scenario(None, [f"profile={flat_profile}", f"traces={traces_07}",
+                                    "cluster.kv_capacity_tokens=100"], "static")
+    with pytest.raises(ConfigError, match="kv_capacity_tokens=100"):
+        load_inputs(sc, base)
+
+
+@pytest.mark.parametrize("example", sorted(Path("docs/scenarios").glob("*.yaml")), ids=lambda p: p.name)
+def test_documented_example_scenarios_are_valid(example: Path) -> None:
+    assert check_scenario_file(example) == []
