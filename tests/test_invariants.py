@@ -40,7 +40,7 @@ def _policies() -> list[tuple[str, list[str]]]:
 def test_inv1_to_inv7_hold_for_static_on_every_workload(
     sloped_profile: Path, varied_traces: Path, workload: str
 ) -> None:
-    sc, _, res = _run(sloped_profile, varied_traces, "static", ["policy.gamma=3", *WORKLOADS[workload]])
+    _sc, _, res = _run(sloped_profile, varied_traces, "static", ["policy.gamma=3", *WORKLOADS[workload]])
     assert res.violations == []
     assert res.summary["census"]["finished"] > 0
 

@@ -71,7 +71,7 @@ def test_profile_too_short_warns_and_fails_under_strict(tmp_path: Path, traces_0
 def test_unknown_policy_lists_the_valid_ones() -> None:
     from sparksim.policies import make_policy
 
-    with pytest.raises(ConfigError, match="valid policies: .*static"):
+    with pytest.raises(ConfigError, match=r"valid policies: .*static"):
         make_policy("gredy", 7)
 
 

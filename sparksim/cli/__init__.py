@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from sparksim.cli import plot, policies, profile, record, run, traces, validate
+from sparksim.cli import plot, policies, profile, record, run, sweep, traces, validate
 
 app = typer.Typer(
     name="sparksim",
@@ -14,6 +14,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 run.register(app)
+sweep.register(app)
 policies.register(app)
 validate.register(app)
 app.add_typer(profile.app, name="profile")

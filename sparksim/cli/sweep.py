@@ -1,0 +1,66 @@
+"""`sparksim sweep`: run a scenario over a grid of overrides × policies and draw the Pareto frontier."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from sparksim.cli.common import console, err_console, friendly_errors
+from sparksim.sweep import grid, parse_vary, run_sweep, speedup_at_matched_throughput, write_sweep
+
+
+@friendly_errors
+def sweep(
+    scenario: Path | None = typer.Argument(None, help="scenario YAML (default: the embedded default)"),
+    vary: list[str] = typer.Option(
+        ["workload.concurrency=1,2,4,8,16,32,64,128,256"], "--vary",
+        help="an axis KEY=V1,V2,...; several --vary make a grid",
+    ),
+    policies: list[str] = typer.Option(
+        ["static:gamma=1", "two-step"], "--policy",
+        help="policy to compare, with parameters as NAME:param=value,param=value (repeat)",
+    ),
+    set_: list[str] = typer.Option([], "--set", help="override applied to every run"),
+    workers: int | None = typer.Option(None, "--workers", help="worker processes (default: CPUs)"),
+    ray: bool = typer.Option(False, "--ray", help="run the points as Ray tasks (needs the ray extra)"),
+    baseline: str | None = typer.Option(None, "--baseline", help="policy the speedups are against (default: the first)"),
+    out: Path = typer.Option(Path("results/sweep"), "--out", help="sweep folder"),
+) -> None:
+    """Sweep load (or any keys) for several policies; write sweep.parquet/csv and pareto.png."""
+    axes = parse_vary(vary)
+    points = grid(axes, policies)
+    with Progress(TextColumn("[bold]sweep[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err_console, transient=True) as bar:
+        task = bar.add_task("points", total=len(points))
+        table = run_sweep(
+            str(scenario) if scenario else None, set_, points, workers=workers,
+            backend="ray" if ray else "process",
+            progress=lambda done, total: bar.update(task, completed=done),
+        )
+    meta = {"scenario": str(scenario) if scenario else "embedded default", "vary": vary,
+            "policies": policies, "set": set_, "title": f"{scenario.stem if scenario else 'default'} sweep"}
+    write_sweep(out, table, meta)
+    base = baseline or policies[0]
+    shown = Table(title=f"matched-throughput speedup of tok/s/user over {base}")
+    shown.add_column("policy")
+    shown.add_column("tput/GPU range")
+    shown.add_column("speedup range", justify="right")
+    for policy in policies:
+        if policy == base:
+            continue
+        sp = speedup_at_matched_throughput(table, policy, base)
+        if len(sp):
+            shown.add_row(policy, f"{sp['tput_per_gpu'].min():,.0f}–{sp['tput_per_gpu'].max():,.0f}",
+                          f"×{sp['speedup'].min():.2f}–{sp['speedup'].max():.2f}")
+        else:
+            shown.add_row(policy, "no overlap", "–")
+    console.print(shown)
+    console.print(f"{len(points)} runs → {out}/ (sweep.parquet, sweep.csv, pareto.png)", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `sweep` to `app`."""
+    app.command("sweep")(sweep)

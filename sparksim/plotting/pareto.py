@@ -1,0 +1,50 @@
+"""Pareto frontier plots: throughput per GPU against tokens per second per user, one curve per policy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+
+def plot_pareto(table: pd.DataFrame, out: Path | str, *, title: str = "",
+                baseline: str | None = None) -> Path:
+    """Draw every sweep point and each policy's frontier; mark policies that are not lossless.
+
+    x: interactivity (tok/s/user), y: tput_per_gpu (tok/s/GPU), as in DSpark's Fig. 7.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from sparksim.sweep import pareto_frontier, speedup_at_matched_throughput
+
+    fig, ax = plt.subplots(figsize=(7.5, 5.0), constrained_layout=True)
+    for i, (policy, grp) in enumerate(table.groupby("policy", sort=False)):
+        color = f"C{i % 10}"
+        label = str(grp["label"].iloc[0]) if "label" in grp else str(policy)
+        style = "--" if not bool(grp["lossless"].iloc[0]) else "-"
+        ax.scatter(grp["interactivity"], grp["tput_per_gpu"], s=14, color=color, alpha=0.45)
+        front = pareto_frontier(grp)
+        ax.plot(front["interactivity"], front["tput_per_gpu"], style, color=color, lw=1.8, label=label)
+    ax.set_xlabel("interactivity (output tok/s per user)")
+    ax.set_ylabel("throughput per GPU (output tok/s)")
+    ax.grid(True, alpha=0.3)
+    base = baseline or str(table["policy"].iloc[0])
+    notes = []
+    for policy in table["policy"].unique():
+        if policy == base:
+            continue
+        sp = speedup_at_matched_throughput(table, str(policy), base)
+        if len(sp):
+            notes.append(f"{policy} vs {base}: ×{sp['speedup'].min():.2f}–{sp['speedup'].max():.2f} tok/s/user")
+    if notes:
+        ax.text(0.99, 0.99, "at matched throughput\n" + "\n".join(notes), transform=ax.transAxes,
+                ha="right", va="top", fontsize=8, bbox={"fc": "white", "alpha": 0.8, "lw": 0})
+    ax.legend(fontsize=8, loc="lower left")
+    ax.set_title(title or "Pareto frontier (dashed: not lossless)")
+    out = Path(out)
+    fig.savefig(out, dpi=130)
+    plt.close(fig)
+    return out

@@ -1,0 +1,67 @@
+"""Sweeps and Pareto analysis: the frontier and the matched-throughput speedup are the figures
+people quote, so they are checked against hand-made points."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from sparksim.errors import ConfigError
+from sparksim.sweep import (
+    SweepPoint,
+    grid,
+    pareto_frontier,
+    parse_vary,
+    run_sweep,
+    speedup_at_matched_throughput,
+    write_sweep,
+)
+
+
+def test_grid_is_the_product_of_axes_for_each_policy() -> None:
+    axes = parse_vary(["workload.concurrency=1,8", "seed=0,1,2"])
+    points = grid(axes, ["static:gamma=1", "greedy"])
+    assert len(points) == 2 * 2 * 3
+    assert points[0] == SweepPoint("static:gamma=1", ("workload.concurrency=1", "seed=0"))
+    assert points[0].policy_name_and_sets() == ("static", ["policy.gamma=1"])
+    assert SweepPoint("pkg.mod:Cls", ()).policy_name_and_sets() == ("pkg.mod:Cls", [])
+
+
+def test_bad_axis_is_an_error() -> None:
+    with pytest.raises(ConfigError, match="KEY=V1,V2"):
+        parse_vary(["workload.concurrency"])
+
+
+def test_frontier_drops_dominated_points() -> None:
+    df = pd.DataFrame({"interactivity": [10, 20, 15, 30], "tput_per_gpu": [100, 80, 70, 10]})
+    front = pareto_frontier(df)
+    assert front["interactivity"].tolist() == [10, 20, 30]
+
+
+def test_speedup_at_matched_throughput_interpolates_both_frontiers() -> None:
+    # policy b has exactly twice a's interactivity at every throughput
+    tput = [100.0, 200.0, 400.0, 800.0]
+    df = pd.DataFrame({
+        "policy": ["a"] * 4 + ["b"] * 4,
+        "tput_per_gpu": tput + tput,
+        "interactivity": [80.0, 60.0, 40.0, 20.0, 160.0, 120.0, 80.0, 40.0],
+    })
+    sp = speedup_at_matched_throughput(df, "b", "a")
+    assert len(sp) == 4
+    assert sp["speedup"].tolist() == pytest.approx([2.0] * 4)
+
+
+def test_sweep_runs_every_point_and_writes_its_table(
+    sloped_profile: Path, varied_traces: Path, tmp_path: Path
+) -> None:
+    base = [f"profile={sloped_profile}", f"traces={varied_traces}", "run.duration_s=3"]
+    points = grid(parse_vary(["workload.concurrency=1,16"]), ["static:gamma=0", "static:gamma=3"])
+    table = run_sweep(None, base, points, workers=1)
+    assert len(table) == 4
+    # more users → more throughput per GPU, for each policy
+    for _, grp in table.groupby("policy"):
+        assert grp.sort_values("workload.concurrency")["tput_per_gpu"].is_monotonic_increasing
+    out = write_sweep(tmp_path / "sw", table, {"title": "t"})
+    assert (out / "sweep.parquet").exists() and (out / "pareto.png").stat().st_size > 1000
