@@ -25,3 +25,23 @@ def list_policies() -> None:
 
 def register(app: typer.Typer) -> None:
     app.command("policies")(list_policies)
+    app.command("bias")(bias)
+
+
+def bias(
+    policy: list[str] = typer.Option([], "--policy", help="policies to test (default: all registered)"),
+    trials: int = typer.Option(20_000, "--trials", min=100, help="Monte Carlo trials per policy"),
+    seed: int = typer.Option(0, "--seed"),
+) -> None:
+    """Run the bias lab (paper App. A): P(first token = A) must be 0.7 for a lossless policy."""
+    from sparksim.biaslab import bias_table
+
+    names = policy or sorted(REGISTRY)
+    df = bias_table(names, trials=trials, seed=seed)
+    table = Table(title=f"bias lab: target P(A) = 0.7, {trials} trials each")
+    for col in ("policy", "P(first token = A)", "± stderr", "z", "verdict"):
+        table.add_column(col)
+    for row in df.itertuples():
+        verdict = "[red]biased[/]" if abs(row.z) > 4 else "[green]consistent with lossless[/]"
+        table.add_row(row.label, f"{row.p_first_A:.4f}", f"{row.stderr:.4f}", f"{row.z:+.1f}", verdict)
+    console.print(table)

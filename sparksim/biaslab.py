@@ -1,0 +1,111 @@
+"""The bias lab: does a verification policy change the output distribution? (INV-8)
+
+It replays the paper's Appendix A counterexample with real rejection sampling and any
+registered policy. One request, γ = 2, vocabulary {A, B}, target p_t = (0.7, 0.3), drafter
+p_d = (0.5, 0.5) (so a_1 = Σ min(p_t, p_d) = 0.8), SPS(1) = 1.0, SPS(2) = 0.5, SPS(3) = 0.45.
+The drafter's second confidence depends on the sampled first draft: c_2 = 0.9 after A and
+0 after B. A lossless policy's first output token is A with probability 0.7; the argmax
+policy, which admits x_1 only after seeing c_2 (i.e. after seeing x_1), gives 0.85.
+
+Policies that size their budget from earlier steps (two-step) are first shown `warmup`
+earlier steps of the same request, whose confidences are drawn independently of this
+step's draft, exactly as an engine would have shown them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from sparksim.policies import make_policy
+from sparksim.policies.base import StepBatch
+from sparksim.profile import Profile
+
+P_TARGET = np.array([0.7, 0.3])
+P_DRAFT = np.array([0.5, 0.5])
+C2_AFTER = np.array([0.9, 0.0])  # c_2 after drafting A, after drafting B
+
+
+def appendix_a_profile() -> Profile:
+    """The worked example's cost table: SPS(1) = 1.0, SPS(2) = 0.5, SPS(3) = 0.45 steps/s."""
+    tokens = np.array([1.0, 2.0, 3.0])
+    return Profile(
+        name="appendix-a",
+        card={"source": "published", "hardware": "paper App. A", "model": "-", "dtype": "-",
+              "date": "2026-06-27", "command": "sparksim.biaslab.appendix_a_profile()"},
+        tokens=tokens,
+        contexts=np.array([np.nan]),
+        step_ms=(1e3 / np.array([1.0, 0.5, 0.45]))[None, :],
+        draft_requests=np.empty(0),
+        draft_ms=np.empty(0),
+    )
+
+
+@dataclass(frozen=True)
+class BiasResult:
+    policy: str
+    label: str
+    trials: int
+    p_first_a: float  # observed P(first output token = A)
+    stderr: float
+    target: float = 0.7
+
+    @property
+    def z(self) -> float:
+        """Standard errors between the observed and the target probability."""
+        return (self.p_first_a - self.target) / self.stderr if self.stderr > 0 else 0.0
+
+
+def _accepted(x1: int, rng: np.random.Generator) -> int:
+    """Realised accepted drafts (for the oracle): x_1 passes rejection sampling, x_2 always."""
+    return 2 if rng.random() < min(1.0, P_TARGET[x1] / P_DRAFT[x1]) else 0
+
+
+def first_token(lengths_1: int, x1: int, rng: np.random.Generator) -> int:
+    """The first output token under exact rejection sampling, given whether x_1 was verified."""
+    if lengths_1 == 0:
+        return int(rng.random() >= P_TARGET[0])  # the step's own token, sampled from p_t
+    if rng.random() < min(1.0, P_TARGET[x1] / P_DRAFT[x1]):
+        return x1
+    residual = np.maximum(P_TARGET - P_DRAFT, 0.0)
+    return int(rng.random() >= residual[0] / residual.sum())
+
+
+def run_bias_lab(
+    policy: str, params: dict[str, Any] | None = None, *, trials: int = 20_000, warmup: int = 4,
+    seed: int = 0,
+) -> BiasResult:
+    """Estimate P(first token = A) under `policy` by Monte Carlo."""
+    rng = np.random.default_rng(seed)
+    profile = appendix_a_profile()
+    count_a = 0
+    label = policy
+    for _ in range(trials):
+        pol = make_policy(policy, 2, params or {})
+        label = pol.label()
+        for step in range(warmup):  # history: earlier steps, independent of this step's draft
+            x_old = int(rng.random() >= P_DRAFT[0])
+            acc_old = _accepted(x_old, rng)
+            conf = [[0.8, C2_AFTER[x_old]]]
+            pol.decide(StepBatch.from_conf(conf, profile, step_index=step, accepted=[acc_old]))
+        x1 = int(rng.random() >= P_DRAFT[0])  # the draft of this step
+        accepted = _accepted(x1, rng)
+        batch = StepBatch.from_conf([[0.8, C2_AFTER[x1]]], profile, step_index=warmup,
+                                    accepted=[accepted])
+        ell = int(pol.decide(batch)[0])
+        count_a += first_token(ell, x1, rng) == 0
+    p = count_a / trials
+    return BiasResult(policy, label, trials, p, float(np.sqrt(p * (1 - p) / trials)))
+
+
+def bias_table(policies: list[str], trials: int = 20_000, seed: int = 0) -> pd.DataFrame:
+    """Run the lab for several policies; one row each."""
+    rows = []
+    for name in policies:
+        r = run_bias_lab(name, trials=trials, seed=seed)
+        rows.append({"policy": name, "label": r.label, "p_first_A": r.p_first_a, "stderr": r.stderr,
+                     "target": r.target, "z": r.z})
+    return pd.DataFrame(rows)
