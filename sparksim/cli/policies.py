@@ -41,7 +41,8 @@ def bias(
     table = Table(title=f"bias lab: target P(A) = 0.7, {trials} trials each")
     for col in ("policy", "P(first token = A)", "± stderr", "z", "verdict"):
         table.add_column(col)
-    for row in df.itertuples():
-        verdict = "[red]biased[/]" if abs(row.z) > 4 else "[green]consistent with lossless[/]"
-        table.add_row(row.label, f"{row.p_first_A:.4f}", f"{row.stderr:.4f}", f"{row.z:+.1f}", verdict)
+    for row in df.to_dict("records"):
+        z = float(row["z"])
+        verdict = "[red]biased[/]" if abs(z) > 4 else "[green]consistent with lossless[/]"
+        table.add_row(str(row["label"]), f"{row['p_first_A']:.4f}", f"{row['stderr']:.4f}", f"{z:+.1f}", verdict)
     console.print(table)
