@@ -76,6 +76,13 @@ class Profile:
         return int(self.tokens[-1])
 
     @property
+    def step_limit(self) -> float:
+        """Largest batch that pads up in `step` mode: the largest CUDA-graph size if the card
+        lists them (beyond it the engine runs eagerly and cost interpolates), else no limit."""
+        sizes = self.captured_sizes
+        return float(sizes[-1]) if sizes else float("inf")
+
+    @property
     def captured_sizes(self) -> tuple[int, ...]:
         """CUDA-graph capture sizes from the card, if it lists them."""
         sizes = self.card.get("graph_capture_sizes") or ()
@@ -123,7 +130,7 @@ class Profile:
         if tokens > self.tokens[-1] or (self.has_context and context > self.contexts[-1]):
             return float(self.verify_s(tokens, context))
         rows, cols = self._scalar_tables()
-        if self.mode == "step":
+        if self.mode == "step" and tokens <= self.step_limit:
             j = bisect.bisect_left(cols, tokens)
             vals = [row[j] for row in rows]
         else:
@@ -169,7 +176,7 @@ class Profile:
     def _lookup_tokens(self, t: NDArray[np.float64]) -> NDArray[np.float64]:
         if t.size and float(t.max()) > self.tokens[-1]:
             self._extrapolated("tokens", float(t.max()), float(self.tokens[-1]))
-        return _lookup_1d(self.tokens, self.step_ms, t, self.mode)
+        return _lookup_1d(self.tokens, self.step_ms, t, self.mode, self.step_limit)
 
     def _interp_context(
         self, rows: NDArray[np.float64], c: NDArray[np.float64]
@@ -195,7 +202,8 @@ class Profile:
 
 
 def _lookup_1d(
-    x: NDArray[np.float64], grid: NDArray[np.float64], t: NDArray[np.float64], mode: LookupMode
+    x: NDArray[np.float64], grid: NDArray[np.float64], t: NDArray[np.float64], mode: LookupMode,
+    step_limit: float = np.inf,
 ) -> NDArray[np.float64]:
     """Look up every row of `grid` (C, T) at points `t` (N,); return (C, N).
 
@@ -208,9 +216,13 @@ def _lookup_1d(
     else:
         slope = (grid[:, -1] - grid[:, -2]) / (x[-1] - x[-2])
     beyond = grid[:, -1:] + (t[None, :] - x[-1]) * slope[:, None]
-    if mode == "step":
+    if mode == "step" and np.all(t <= step_limit):
         idx = np.minimum(np.searchsorted(x, t, side="left"), last)
         inside = grid[:, idx]
+    elif mode == "step":  # pad within the captured range, interpolate past it (as vLLM does)
+        stepped = _lookup_1d(x, grid, np.minimum(t, step_limit), "step")
+        interp = _lookup_1d(x, grid, t, "linear")
+        inside = np.where(t[None, :] <= step_limit, stepped, interp)
     else:
         hi = np.clip(np.searchsorted(x, t, side="left"), 1, max(last, 1))
         lo = hi - 1

@@ -170,3 +170,16 @@ def test_cost_that_falls_with_batch_size_is_raised_to_the_running_maximum_with_a
     np.testing.assert_allclose(prof.step_ms[0], [1, 3, 3, 4])
     np.testing.assert_allclose(prof.draft_ms, [2, 2, 3])
     assert float(prof.verify_s(4)) * 1e3 == pytest.approx(3.0)
+
+
+def test_step_mode_pads_only_inside_the_captured_graph_range(tmp_path: Path) -> None:
+    # Past the largest CUDA graph the engine runs eagerly: there is no bigger graph to pad
+    # to, so cost interpolates between rows there (vLLM does the same).
+    verify = pd.DataFrame({"tokens": [1, 8, 16, 32, 64], "step_ms": [1.0, 2.0, 3.0, 7.0, 11.0]})
+    card = {"source": "synthetic", "hardware": "t", "model": "t", "dtype": "bf16", "date": "d",
+            "command": "c", "graph_capture_sizes": [1, 8, 16]}
+    prof = load_profile(write_profile(tmp_path / "p", verify, card))
+    assert prof.step_limit == 16
+    ms = prof.verify_s([12, 16, 24, 48]) * 1e3
+    assert ms.tolist() == pytest.approx([3.0, 3.0, 5.0, 9.0])
+    assert [prof.verify_s_scalar(t) * 1e3 for t in (12, 24, 48)] == pytest.approx([3.0, 5.0, 9.0])

@@ -199,6 +199,8 @@ def test_shipped_profiles_are_remade_exactly_by_the_command_in_their_card(
         (["--contexts", "1024,abc"], "--contexts='1024,abc'"),
         (["--compute-eff", "1.5"], "compute_eff=1.5"),
         (["--capture-sizes", "8,0"], "got 0"),
+        (["--capture-sizes", "8,x"], "--capture-sizes='8,x'"),
+        (["--launch-us", "-1"], "launch_us=-1"),
         (["--model", "no-such-model"], "unknown model 'no-such-model'"),
     ],
 )

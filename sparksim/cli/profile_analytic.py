@@ -1,0 +1,106 @@
+"""`sparksim profile analytic`: write an analytic (roofline) SPS profile for a GPU preset and a model."""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+from pathlib import Path
+
+import typer
+
+from sparksim.cli.common import console, friendly_errors
+from sparksim.errors import ConfigError
+from sparksim.hardware import GPUS, get_gpu
+from sparksim.models import load_model_spec
+from sparksim.profile import load_profile, write_profile
+from sparksim.roofline import DTYPE_BYTES, DrafterShape, analytic_profile, default_capture_sizes
+
+
+def _ints(text: str, flag: str) -> list[int]:
+    try:
+        return [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ConfigError(f"{flag}={text!r}: expected integers like 1024,4096") from None
+
+
+def _capture_sizes(text: str, max_size: int) -> list[int]:
+    """Parse `--capture-sizes`: 'vllm' (vLLM's default up to `max_size`), 'none', or a comma list."""
+    key = text.strip().lower()
+    if key == "vllm":
+        return list(default_capture_sizes(max_size))
+    if key in ("none", ""):
+        return []
+    return _ints(text, "--capture-sizes")
+
+
+@friendly_errors
+def analytic(
+    gpu: str = typer.Option("h100", "--gpu", help=f"GPU preset: {', '.join(GPUS)}"),
+    model: str = typer.Option("qwen3-8b", "--model", help="model preset name or path to an HF config.json"),
+    dtype: str = typer.Option("bf16", "--dtype", help=f"weights, KV cache and activations: {', '.join(DTYPE_BYTES)}"),
+    out: Path | None = typer.Option(None, "--out", help="profile folder to write (default profiles/<gpu>-<model>-analytic)"),
+    compute_eff: float | None = typer.Option(None, "--compute-eff", help="fraction of peak FLOP/s reached (default: the preset's)"),
+    mem_eff: float | None = typer.Option(None, "--mem-eff", help="fraction of HBM bandwidth reached (default: the preset's)"),
+    step_overhead_ms: float | None = typer.Option(None, "--step-overhead-ms", help="fixed cost per engine step, ms (default: the preset's)"),
+    launch_us: float | None = typer.Option(None, "--launch-us", help="eager launch cost per kernel, µs (default: the preset's)"),
+    kernels_per_layer: int | None = typer.Option(None, "--kernels-per-layer", help="kernels per layer when run eagerly (default: the preset's)"),
+    capture_sizes: str = typer.Option("vllm", "--capture-sizes", help="'vllm' (1,2,4,8..256/8,272..max/16), 'none', or a comma list of token counts"),
+    max_capture_size: int = typer.Option(512, "--max-capture-size", help="largest captured size with --capture-sizes vllm"),
+    max_tokens: int = typer.Option(8192, "--max-tokens", help="largest batch in verify.csv, tokens"),
+    contexts: str = typer.Option("1024,4096,16384", "--contexts", help="context lengths profiled, comma list"),
+    tokens_per_request: int = typer.Option(8, "--tokens-per-request", help="tokens each request sends per step (1 + γ at full verification)"),
+    gamma: int = typer.Option(7, "--gamma", help="drafter block size γ"),
+    draft_layers: int = typer.Option(5, "--draft-layers", help="drafter backbone layers (target width)"),
+    draft_context: int = typer.Option(4096, "--draft-context", help="context the drafter attends to in draft.csv, tokens"),
+    max_requests: int = typer.Option(1024, "--max-requests", help="largest request count in draft.csv"),
+) -> None:
+    """Write an analytic roofline profile (verify.csv, draft.csv, card.yaml) and check it loads."""
+    preset = get_gpu(gpu)
+    overrides = {
+        key: val for key, val in (
+            ("compute_eff", compute_eff), ("mem_eff", mem_eff),
+            ("step_overhead_ms", step_overhead_ms), ("launch_us", launch_us),
+            ("kernels_per_layer", kernels_per_layer),
+        ) if val is not None
+    }
+    hw = dataclasses.replace(preset, **overrides)  # type: ignore[arg-type]
+    spec = load_model_spec(model)
+    sizes = _capture_sizes(capture_sizes, max_capture_size)
+    ctxs = _ints(contexts, "--contexts")
+    target = out if out is not None else Path("profiles") / f"{gpu.lower()}-{spec.name}-analytic"
+    # Every knob spelled out, so the card's command remakes the profile even if defaults move.
+    argv = [
+        "sparksim", "profile", "analytic", "--gpu", gpu.lower(), "--model", model,
+        "--dtype", dtype, "--out", str(target),
+        "--compute-eff", f"{hw.compute_eff:g}", "--mem-eff", f"{hw.mem_eff:g}",
+        "--step-overhead-ms", f"{hw.step_overhead_ms:g}", "--launch-us", f"{hw.launch_us:g}",
+        "--kernels-per-layer", str(hw.kernels_per_layer),
+        "--capture-sizes", capture_sizes, "--max-capture-size", str(max_capture_size),
+        "--max-tokens", str(max_tokens), "--contexts", contexts,
+        "--tokens-per-request", str(tokens_per_request), "--gamma", str(gamma),
+        "--draft-layers", str(draft_layers), "--draft-context", str(draft_context),
+        "--max-requests", str(max_requests),
+    ]
+    drafter = DrafterShape(num_layers=draft_layers, gamma=gamma,
+                           injected_tokens_per_request=tokens_per_request)
+    verify, draft, card = analytic_profile(
+        hw, spec, dtype=dtype, capture_sizes=sizes, max_tokens=max_tokens, contexts=ctxs,
+        tokens_per_request=tokens_per_request, drafter=drafter, draft_context=draft_context,
+        max_requests=max_requests, command=shlex.join(argv),
+    )
+    card = {**{k: card.pop(k) for k in ("source", "hardware")}, "gpu": gpu.lower(), **card}
+    write_profile(target, verify, card, draft)
+
+    prof = load_profile(target)
+    ctx = float(ctxs[0])
+    top = sizes[-1] if sizes else 0
+    probe = [t for t in (1, top, top + 1, max_tokens) if 1 <= t <= max_tokens]
+    costs = ", ".join(
+        f"B={t}: {float(prof.verify_s([t], ctx)[0]) * 1e3:.2f} ms" for t in dict.fromkeys(probe)
+    )
+    console.print(
+        f"[green]wrote[/] {target} ({len(verify)} verify rows, {len(draft)} draft rows; "
+        f"{hw.name}, {spec.name}, {dtype})",
+        highlight=False,
+    )
+    console.print(f"  verify at context {ctx:g}: {costs}", highlight=False)
