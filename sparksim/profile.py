@@ -11,6 +11,7 @@ with a warning, or raise under `strict`.
 from __future__ import annotations
 
 import bisect
+import functools
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -75,14 +76,14 @@ class Profile:
         """The largest profiled batch, in tokens."""
         return int(self.tokens[-1])
 
-    @property
+    @functools.cached_property
     def step_limit(self) -> float:
         """Largest batch that pads up in `step` mode: the largest CUDA-graph size if the card
         lists them (beyond it the engine runs eagerly and cost interpolates), else no limit."""
         sizes = self.captured_sizes
         return float(sizes[-1]) if sizes else float("inf")
 
-    @property
+    @functools.cached_property
     def captured_sizes(self) -> tuple[int, ...]:
         """CUDA-graph capture sizes from the card, if it lists them."""
         sizes = self.card.get("graph_capture_sizes") or ()
