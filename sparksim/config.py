@@ -30,7 +30,9 @@ class PrefillConfig(_Model):
     """How prompts are prefilled: on a separate pool, or chunked into the decode steps."""
 
     mode: Literal["disaggregated", "colocated"] = "disaggregated"
-    instances: int = Field(1, gt=0, description="disaggregated: prefill instances in the pool")
+    instances: int = Field(
+        4, gt=0, description="disaggregated: prefill instances in the pool (not counted in tput_per_gpu)"
+    )
     profile: str | None = Field(None, description="disaggregated: prefill profile (default: the decode profile)")
     kv_transfer_s: float = Field(0.002, ge=0, description="disaggregated: fixed KV-transfer delay per request")
     kv_transfer_tokens_per_s: float | None = Field(
