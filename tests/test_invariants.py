@@ -103,3 +103,25 @@ def test_inv7_checker_reports_lost_requests() -> None:
     census = {"arrived": 5, "finished": 2, "running": 1, "queued": 1, "prefill_pool": 0}
     out = check_run(empty, None, census, gamma=7, max_tokens=100, plain_decoding=False)
     assert any(v.startswith("INV-7") for v in out)
+
+
+def test_kv_pressure_preempts_and_recomputes_without_losing_tokens(
+    sloped_profile: Path, varied_traces: Path
+) -> None:
+    _, _, res = _run(sloped_profile, varied_traces, "static",
+                     ["policy.gamma=3", *WORKLOADS["closed-kv-pressure"]], 6.0)
+    assert res.requests["preemptions"].sum() > 0
+    assert res.violations == []
+
+
+def test_sync_pipeline_adds_the_decision_time_to_every_step(
+    sloped_profile: Path, varied_traces: Path
+) -> None:
+    _, _, zos = _run(sloped_profile, varied_traces, "static", ["policy.gamma=3"], 2.0)
+    _, _, sync = _run(sloped_profile, varied_traces, "static",
+                      ["policy.gamma=3", "cluster.pipeline=sync", "cluster.decision_s=0.001"], 2.0)
+    assert zos.steps is not None and sync.steps is not None
+    assert (zos.steps["decision_s"] == 0).all()
+    assert (sync.steps["decision_s"] == 0.001).all()
+    total = sync.steps["draft_s"] + sync.steps["verify_s"] + sync.steps["decision_s"]
+    assert (abs(sync.steps["step_s"] - total) < 1e-12).all()
