@@ -1,0 +1,342 @@
+"""The sorted candidate path and Θ along it: the maths shared by the DSpark-family policies.
+
+Every candidate (r, j) is ranked by survival a_{r,j} descending; ties go to the lower
+position j, then to the lower request index r (paper Alg. 1 with deterministic ties).
+Because a_{r,j} is non-increasing in j and ties prefer the lower j, every prefix of this
+path is a union of per-request prefixes, so cutting the path after k admissions gives a
+valid ℓ. Admitting the k-th candidate makes the step send B = fixed + k tokens and expect
+τ = R + (sum of the first k survivals) tokens out; Θ = τ · SPS(B) = τ / step_s(B), where
+step_s includes the draft cost (StepCost).
+
+Everything here is vectorised over the R·γ candidates. The ranking itself needs only the
+sorted survival *values* (Θ does not care which of two tied candidates comes first); which
+requests a cut of k admits is then recovered from the k-th value, with the tie rule
+applied only to candidates equal to it (`top_k_lengths`). `candidate_order` spells the
+full ranking out with `np.lexsort`; tests use it as the reference.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from sparksim.policies.base import Lengths, StepBatch, StepCost
+from sparksim.profile import Profile
+
+_ZERO_INT = np.zeros(1, dtype=np.int64)
+_ZERO_FLOAT = np.zeros(1)
+
+
+def candidate_order(survival: NDArray[np.float64]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """Return (r, j) of every candidate in path order: survival descending, then lower j, lower r.
+
+    j is 0-based here (column index); the paper's position is j + 1.
+    """
+    num_requests = survival.shape[0]
+    flat = survival.T.ravel()  # (γ·R,) position-major, so the flat index orders by (j, r)
+    order = np.lexsort((np.arange(flat.size), -flat))
+    j, r = np.divmod(order, num_requests)
+    return r.astype(np.int64), j.astype(np.int64)
+
+
+def sorted_survival(survival: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Return every survival value sorted descending, shape (R·γ,): the path's gains."""
+    flat = survival.flatten()
+    flat.sort()  # the method: np.sort's wrapper costs as much as sorting a few hundred values
+    return flat[::-1]
+
+
+def path_length(num_candidates: int, fixed_tokens: int, max_tokens: int) -> int:
+    """Return how many candidates the token cap lets a step admit: B = fixed + k ≤ max_tokens."""
+    return max(0, min(num_candidates, max_tokens - fixed_tokens))
+
+
+class CostTable:
+    """Step seconds at every integer batch size, cached between steps.
+
+    The path needs step_s at many batch sizes every step; going through
+    `Profile.verify_s` each time costs more than the sort itself, so the verify cost is
+    tabulated once per profile (per profiled context row when the profile has contexts,
+    interpolated in context exactly as `Profile.verify_s` does) and grown on demand. The
+    table also knows where the cost changes (the graph-size stairs), which is where Θ can
+    stop rising. One table per policy instance: the engine owns one policy per replica.
+    """
+
+    def __init__(self) -> None:
+        self._profile: Profile | None = None
+        self._key: tuple[str, bool] = ("", False)
+        self._rows = np.empty((1, 0))  # (C, N) verify seconds at B = 0..N-1 per context row
+        self._changes = np.empty(0, dtype=np.int64)  # B ≥ 1 where cost(B) ≠ cost(B - 1)
+        self._first_change: list[int] = [0]
+        self._captured: tuple[int, ...] = ()
+
+    def step_s(self, cost: StepCost, first_tokens: int, count: int) -> NDArray[np.float64]:
+        """Return step_s(B) for B = first_tokens .. first_tokens + count - 1, shape (count,)."""
+        self._ensure(cost.profile, first_tokens + count)
+        return cost.draft_s + self._verify(cost, self._rows[:, first_tokens : first_tokens + count])
+
+    def breaks(self, cost: StepCost, first_tokens: int, count: int) -> NDArray[np.int64]:
+        """Return the k in 1..count-1 where step_s(first + k) ≠ step_s(first + k - 1)."""
+        self._ensure(cost.profile, first_tokens + count)
+        lo, hi = self._first_change[first_tokens + 1], self._first_change[first_tokens + count]
+        return self._changes[lo:hi] - first_tokens
+
+    def num_breaks(self, first_tokens: int, count: int) -> int:
+        """Return how many `breaks` there are (after `step_s` or `breaks` covered the range)."""
+        return self._first_change[first_tokens + count] - self._first_change[first_tokens + 1]
+
+    def captured_sizes(self, cost: StepCost) -> tuple[int, ...]:
+        """Return the profile's CUDA-graph capture sizes (cached: the card never changes)."""
+        self._ensure(cost.profile, 1)
+        return self._captured
+
+    def _verify(self, cost: StepCost, rows: NDArray[np.float64]) -> NDArray[np.float64]:
+        if rows.shape[0] == 1:
+            return rows[0]
+        prof, context = cost.profile, cost.context
+        ctx = prof.contexts
+        if context > ctx[-1]:
+            prof.verify_s(1.0, context)  # lets the profile warn (or raise under strict)
+        lo = int(np.clip(np.searchsorted(ctx, context, side="right") - 1, 0, ctx.size - 2))
+        w = max((context - ctx[lo]) / (ctx[lo + 1] - ctx[lo]), 0.0)  # > 1 extrapolates
+        return (1.0 - w) * rows[lo] + w * rows[lo + 1]
+
+    def _ensure(self, prof: Profile, end: int) -> None:
+        same = prof is self._profile and (prof.mode, prof.strict) == self._key
+        if same and end <= self._rows.shape[1]:
+            return
+        old = self._rows.shape[1] if same else 0
+        # Grow geometrically inside the profiled range, but never past what is asked
+        # beyond it, so a strict profile raises only for batches a step really needs.
+        size = max(end, min(max(2 * old, 64), prof.max_tokens + 1))
+        tokens = np.arange(size, dtype=np.float64)
+        if prof.has_context and prof.contexts.size > 1:
+            rows = np.stack([prof.verify_s(tokens, float(c)) for c in prof.contexts])
+        else:
+            rows = prof.verify_s(tokens)[None, :]
+        # Linear interpolation between equal costs is equal only up to rounding; snap such
+        # ulp-level wobbles (< 1e-9 relative) to the cost before, or Θ would "rise" on noise.
+        wobble = np.abs(np.diff(rows, axis=1)) <= 1e-9 * np.abs(rows[:, 1:])  # (C, size - 1)
+        changed = ~wobble.all(axis=0)  # (size - 1,)
+        keep = np.maximum.accumulate(np.where(np.concatenate([[True], changed]), np.arange(size), 0))
+        rows = rows[:, keep]
+        self._profile, self._key, self._rows = prof, (prof.mode, prof.strict), rows
+        self._captured = prof.captured_sizes
+        self._changes = np.flatnonzero(changed).astype(np.int64) + 1
+        # _first_change[B]: index in _changes of the first change at a size ≥ B (B ≤ size).
+        self._first_change = np.searchsorted(self._changes, np.arange(size + 1)).tolist()
+
+
+@dataclass(slots=True)
+class Path:
+    """Θ along the survival-sorted path: k = 0..n admissions of `gains` (descending).
+
+    Admission k adds gains[k-1] to τ and makes B = fixed + k. Where the step cost is flat
+    between two sizes (every stair of a CUDA-graph profile), Θ rises with every positive
+    gain, so Θ can only peak just before a k where the cost changes, at the first zero
+    gain, or at the ends: `best_cut` evaluates Θ there only (a few points per graph size
+    in range; every k where the profile is linear). `greedy_cut` scans Θ from k = 0 and
+    stops at the first k that does not raise it, in chunks, so an early stop is cheap.
+    """
+
+    ranked: NDArray[np.float64]  # (R·γ,) every survival, descending
+    gains: NDArray[np.float64]  # (n,) ranked cut to what the token cap admits
+    num_requests: int
+    fixed_tokens: int
+    step_s: NDArray[np.float64]  # (n + 1,) step seconds after k admissions
+    cost: StepCost
+    table: CostTable
+
+    @classmethod
+    def build(
+        cls, ranked: NDArray[np.float64], n: int, num_requests: int, fixed_tokens: int,
+        cost: StepCost, table: CostTable,
+    ) -> Path:
+        """Price the first n cuts of `ranked` with the step costs of `table`."""
+        step_s = table.step_s(cost, fixed_tokens, n + 1)
+        return cls(ranked, ranked[:n], num_requests, fixed_tokens, step_s, cost, table)
+
+    @property
+    def size(self) -> int:
+        return int(self.gains.size)
+
+    @property
+    def breaks(self) -> NDArray[np.int64]:
+        """Return the sorted k in 1..n where step_s[k] ≠ step_s[k - 1]."""
+        return self.table.breaks(self.cost, self.fixed_tokens, self.size + 1)
+
+    def theta(self) -> NDArray[np.float64]:
+        """Return Θ at every k = 0..n, shape (n + 1,)."""
+        tau = np.empty(self.size + 1)
+        tau[0] = 0.0
+        self.gains.cumsum(out=tau[1:])
+        tau += self.num_requests
+        return tau / self.step_s
+
+    def theta_at(self, ks: NDArray[np.int64]) -> NDArray[np.float64]:
+        """Return Θ after k admissions for each k in `ks` (sorted, unique, in 0..n)."""
+        return (self.num_requests + self._prefix(ks)) / self.step_s[ks]
+
+    def greedy_cut(self) -> int:
+        """Return how many admissions Alg. 1 keeps: it stops at the first k not raising Θ.
+
+        Θ is evaluated in consecutive chunks of k growing 4x (a handful of passes, not a
+        loop over candidates), each carrying τ over from the last: Alg. 1 usually stops
+        early, and then only the first chunk is ever summed.
+        """
+        n = self.size
+        lo, chunk, tau_lo = 0, 64, float(self.num_requests)
+        while lo < n:
+            hi = min(n, lo + chunk)
+            tau = np.empty(hi - lo + 1)  # τ after k = lo..hi admissions
+            tau[0] = tau_lo
+            self.gains[lo:hi].cumsum(out=tau[1:])
+            tau[1:] += tau_lo
+            theta = tau / self.step_s[lo : hi + 1]
+            worse = theta[1:] <= theta[:-1]  # (hi - lo,) admission lo + 1 + i does not pay
+            stop = int(worse.argmax())
+            if worse[stop]:
+                return lo + stop
+            lo, chunk, tau_lo = hi, chunk * 4, float(tau[-1])
+        return n
+
+    def best_cut(self) -> int:
+        """Return the k maximising Θ over the whole path (the smallest such k on ties)."""
+        n = self.size
+        if n == 0:
+            return 0
+        if self.table.num_breaks(self.fixed_tokens, n + 1) * 4 > n:
+            return int(self.theta().argmax())  # cost changes almost everywhere: scan every k
+        # Stair ends (cost non-decreasing in B: profiles are made monotone on load).
+        ks = np.concatenate((self.breaks - 1, np.array([n])))
+        if ks[0] != 0:
+            ks = np.concatenate((_ZERO_INT, ks))
+        if self.gains[-1] <= 0.0:  # Θ stops rising at the first zero gain
+            ks = np.union1d(ks, [self._num_positive()])
+        return int(ks[int(self.theta_at(ks).argmax())])
+
+    def _num_positive(self) -> int:
+        if self.gains.size == 0 or self.gains[-1] > 0.0:
+            return self.size
+        return int((-self.gains).searchsorted(0.0, side="left"))  # gains descend
+
+    def _prefix(self, ks: NDArray[np.int64]) -> NDArray[np.float64]:
+        """Return the sum of the first k gains for each k in `ks` (sorted, unique)."""
+        m = int(ks[-1]) if ks.size else 0  # only gains[:m] matter
+        if ks.size * 8 > m:
+            cum = np.empty(m + 1)
+            cum[0] = 0.0
+            self.gains[:m].cumsum(out=cum[1:])
+            return cum[ks]
+        # Few points: one segment sum between each pair (reduceat, vectorised), then a
+        # short cumsum; a full cumsum is a sequential loop as long as the sort.
+        zero_first = ks.size > 0 and ks[0] == 0
+        pos = ks[1:] if zero_first else ks
+        if pos.size == 0:
+            return np.zeros(ks.size)
+        starts = np.concatenate((_ZERO_INT, pos[:-1]))
+        sums = np.add.reduceat(self.gains[: pos[-1]], starts).cumsum()
+        return np.concatenate((_ZERO_FLOAT, sums)) if zero_first else sums
+
+
+def first_non_improvement(values: NDArray[np.float64]) -> int:
+    """Return the index before the first entry that does not exceed its predecessor (len - 1 if none)."""
+    worse = values[1:] <= values[:-1]
+    stop = int(worse.argmax()) if worse.size else 0
+    return stop if worse.size and worse[stop] else int(values.size) - 1
+
+
+def batch_path(
+    batch: StepBatch,
+    table: CostTable,
+    survival: NDArray[np.float64] | None = None,
+    ranked: NDArray[np.float64] | None = None,
+) -> Path:
+    """Return the path over `survival` (default: the batch's fresh survivals), cut to the cap.
+
+    `ranked` may pass those survivals already sorted descending, to skip the sort.
+    """
+    if ranked is None:
+        ranked = sorted_survival(batch.survival if survival is None else survival)
+    n = path_length(ranked.size, batch.fixed_tokens, batch.max_tokens)
+    return Path.build(ranked, n, batch.num_requests, batch.fixed_tokens, batch.cost, table)
+
+
+def top_k_lengths(
+    survival: NDArray[np.float64], k: int, ranked: NDArray[np.float64] | None = None
+) -> Lengths:
+    """Return ℓ admitting the first k candidates of the path over `survival` (R, γ).
+
+    `ranked` may pass `sorted_survival(survival)` (all R·γ values) when the caller has it. The k-th
+    value v splits the path: everything above v is in, and of the candidates equal to v
+    only the first ones in (j, r) order are, so the tie rule costs work only on ties.
+    """
+    num_requests, gamma = survival.shape
+    k = min(max(k, 0), num_requests * gamma)
+    if k == 0:
+        return np.zeros(num_requests, dtype=np.int64)
+    if k == num_requests * gamma:
+        return np.full(num_requests, gamma, dtype=np.int64)
+    if ranked is None:
+        flat = survival.flatten()
+        flat.partition(flat.size - k)
+        v = float(flat[flat.size - k])
+    else:
+        v = float(ranked[k - 1])
+    lengths = _count_at_least(survival, v)
+    if ranked is not None and ranked[k] < v:
+        return lengths  # v is not shared with a candidate below the cut: no tie to settle
+    surplus = int(lengths.sum()) - k
+    if surplus == 0:
+        return lengths
+    # More candidates tie at v than there are slots left: drop the last ties in (j, r) order.
+    tied = (survival == v).T.ravel()  # (γ·R,) position-major
+    drop = tied & (tied.cumsum() > int(tied.sum()) - surplus)
+    return lengths - drop.reshape(gamma, num_requests).sum(axis=0)
+
+
+def _count_at_least(survival: NDArray[np.float64], v: float) -> Lengths:
+    """Return, per row, how many entries are ≥ v; rows are non-increasing, so the first < v.
+
+    (argmax of a boolean stops at the first True and beats a boolean sum along γ.)
+    """
+    first_below = (survival < v).argmax(axis=1)  # 0 also when none is below v
+    return np.where(survival[:, -1] >= v, survival.shape[1], first_below)
+
+
+def cap_lengths(batch: StepBatch, lengths: Lengths) -> Lengths:
+    """Trim ℓ so that B = fixed + Σℓ ≤ max_tokens, dropping the lowest-survival admissions first.
+
+    The admitted candidates are per-request prefixes; the top of them by the path order
+    are again prefixes, so the trimmed ℓ stays valid.
+    """
+    budget = max(0, batch.max_tokens - batch.fixed_tokens)
+    if int(lengths.sum()) <= budget:
+        return lengths
+    admitted = np.arange(batch.gamma)[None, :] < lengths[:, None]  # (R, γ)
+    masked = np.where(admitted, batch.survival, -1.0)  # not admitted ranks below everything
+    return top_k_lengths(masked, budget)
+
+
+def round_to_captured(path: Path, best_k: int, captured: tuple[int, ...]) -> int:
+    """Round a budget k (B = fixed + k) to a CUDA-graph captured size, by Θ on `path`.
+
+    Candidates are the largest captured size ≤ B and the smallest ≥ B that the path can
+    reach (fixed ≤ size ≤ fixed + n); the one with higher Θ wins, the smaller on a tie.
+    With no captured sizes, B on a captured size already, B past the largest one (eager
+    mode: no graph to pad to) or no reachable candidate, k is returned unchanged.
+    """
+    b = path.fixed_tokens + best_k
+    if not captured or b > captured[-1]:
+        return best_k
+    i = bisect.bisect_left(captured, b)
+    if captured[i] == b:
+        return best_k
+    ks = [c - path.fixed_tokens for c in captured[max(i - 1, 0) : i + 1]]  # down, up
+    reachable = np.array([k for k in ks if 0 <= k <= path.size], dtype=np.int64)
+    if reachable.size == 0:
+        return best_k
+    return int(reachable[int(path.theta_at(reachable).argmax())])  # the smaller on ties

@@ -1,0 +1,149 @@
+"""`two-step`: DSpark's production rule, capacity from stale survivals, slots to fresh ones.
+
+Rule (paper §5.2): the step's verify capacity K is the argmax of Θ = τ · SPS(B) over the
+whole survival-sorted path (no early stop) built from the survivals of `delay` steps ago;
+at execution the K slots go to the top-K of this step's *fresh* survivals (ties: lower j,
+then lower request index), capped by the engine's token limit. `delay=2` is the paper's
+two-step-ahead; `delay=1` is vLLM's variant (PR #47808 sizes the budget from a one-step-old
+buffer); `delay=0` is argmax on fresh survivals.
+
+Which stale rows size K (membership changes between the snapshot and now): the path has
+one row per request in *this* step. A request still present uses its own row from the
+snapshot; a request that left since is dropped; a request that joined since (no row in
+the snapshot) gets the snapshot's per-position mean survival. R, the fixed tokens and the
+token limit are this step's: the scheduler knows them before the step. No fresh survival
+of any request enters K. Before `delay` steps of history exist (or when the snapshot is
+empty) K = `initial_budget` × R, as vLLM-Ascend's `initial_verify_budget_per_req`.
+
+Graph sizes: when the profile's card lists CUDA-graph capture sizes, B = fixed + K is
+rounded to the captured size just below or just above it, whichever has the higher stale
+Θ (the smaller on a tie; a size the path cannot reach is skipped); a B beyond the largest
+captured size runs eagerly and is kept.
+
+EMA (`ema` = α > 0): each request's conditional confidences are smoothed across the steps
+it has been in, c̄ ← α·c̄ + (1 − α)·c, before the snapshot's survival is taken
+(vLLM-Ascend's `adaptive_verification_ema_alpha`, 0.8). Smoothing touches K only; the
+fill always ranks the raw fresh survivals.
+
+Lossless for delay ≥ 1: K is fixed before the step's tokens exist, and the top-K of
+survivals non-increasing in j admits (r, k) on what ranks above it only. delay = 0 reads
+fresh survivals to size K, so such an instance is flagged not lossless (`lossless`,
+`label()`).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from sparksim.errors import ConfigError
+from sparksim.policies.base import Lengths, Policy, StepBatch, check_float, check_int
+from sparksim.policies.path import (
+    CostTable,
+    batch_path,
+    path_length,
+    round_to_captured,
+    sorted_survival,
+    top_k_lengths,
+)
+
+# (ids (R,), survival (R, γ), the same survivals sorted descending (R·γ,))
+Snapshot = tuple[NDArray[np.int64], NDArray[np.float64], NDArray[np.float64]]
+
+
+class TwoStep(Policy):
+    name = "two-step"
+    rule = "K = argmax Θ on survivals `delay` steps old; the K slots go to the fresh top-K"
+    lossless = True
+    paper = "§5.2 (production); vLLM PR #47808 with delay=1"
+
+    def __init__(
+        self, block: int, delay: int = 2, ema: float = 0.0, initial_budget: int | None = None
+    ) -> None:
+        super().__init__(block)
+        self.delay = check_int("delay", delay, 0)
+        self.ema = check_float("ema", ema, 0.0, 1.0)
+        if self.ema == 1.0:
+            raise ConfigError("policy parameter ema=1.0 is out of range ([0, 1)): it never updates")
+        default_budget = min(5, block)
+        self.initial_budget = check_int(
+            "initial_budget", default_budget if initial_budget is None else initial_budget, 0, block
+        )
+        if self.delay == 0:
+            # Sizing K from this step's own survivals is the argmax rule, which leaks x_k
+            # into its own admission (App. A); the instance says so wherever it is shown.
+            self.lossless = False  # type: ignore[misc]
+        self._history: deque[Snapshot] = deque(maxlen=max(self.delay, 1))
+        self._ema_ids = np.empty(0, dtype=np.int64)  # sorted
+        self._ema_conf = np.empty((0, block))
+        self._table = CostTable()
+        self.last_capacity: int | None = None  # K of the latest step, before the token cap
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return {"delay": self.delay, "ema": self.ema, "initial_budget": self.initial_budget}
+
+    def decide(self, batch: StepBatch) -> Lengths:
+        fresh_ranked = sorted_survival(batch.survival)  # for the fill; kept as the snapshot's
+        survival = self._snapshot_survival(batch)
+        ranked = fresh_ranked if survival is batch.survival else sorted_survival(survival)
+        # Copies: should the engine reuse its batch buffers, a stale snapshot that aliased
+        # them would silently turn fresh, and K would read this step's survivals.
+        snapshot = (batch.request_ids.copy(), survival.copy(), ranked)
+        if self.delay == 0:
+            stale: Snapshot | None = snapshot
+        else:
+            stale = self._history[0] if len(self._history) == self.delay else None
+        k = self.capacity(batch, stale)
+        self._history.append(snapshot)
+        self.last_capacity = k
+        budget = path_length(batch.survival.size, batch.fixed_tokens, batch.max_tokens)
+        return top_k_lengths(batch.survival, min(k, budget), fresh_ranked)
+
+    def capacity(self, batch: StepBatch, stale: Snapshot | None) -> int:
+        """Return K sized from `stale` (ids, survival, ranked) for this step's requests and costs.
+
+        Reads only `stale`, and of `batch` only its request ids, fixed tokens, token limit
+        and costs, never its survivals (the test perturbs them and checks K).
+        """
+        if stale is None or stale[0].size == 0:
+            return self.initial_budget * batch.num_requests
+        ids, survival, ranked = stale
+        if ids.shape == batch.request_ids.shape and (ids == batch.request_ids).all():
+            path = batch_path(batch, self._table, ranked=ranked)  # same requests: sorted already
+        else:
+            path = batch_path(batch, self._table, survival=stale_rows(batch.request_ids, ids, survival))
+        return round_to_captured(path, path.best_cut(), self._table.captured_sizes(batch.cost))
+
+    def _snapshot_survival(self, batch: StepBatch) -> NDArray[np.float64]:
+        if self.ema == 0.0:
+            return batch.survival
+        ids, conf = batch.request_ids, batch.conf
+        pos = np.minimum(np.searchsorted(self._ema_ids, ids), max(self._ema_ids.size - 1, 0))
+        seen = (self._ema_ids[pos] == ids) if self._ema_ids.size else np.zeros(ids.size, bool)
+        prev = self._ema_conf[pos] if self._ema_ids.size else conf
+        smoothed = np.where(seen[:, None], self.ema * prev + (1.0 - self.ema) * conf, conf)
+        order = np.argsort(ids)
+        self._ema_ids, self._ema_conf = ids[order], smoothed[order]
+        return np.cumprod(smoothed, axis=1, dtype=np.float64)
+
+
+def stale_rows(
+    ids: NDArray[np.int64], stale_ids: NDArray[np.int64], stale_survival: NDArray[np.float64]
+) -> NDArray[np.float64]:
+    """Return one stale survival row per current request (R, γ), in no particular order.
+
+    Present in the snapshot: its own row; joined since: the snapshot's per-position mean.
+    Requests that left since are dropped. The order does not matter: the path sorts values.
+    """
+    if ids.shape == stale_ids.shape and (ids == stale_ids).all():
+        return stale_survival
+    kept = stale_survival[np.isin(stale_ids, ids)]
+    joined = ids.size - kept.shape[0]
+    if joined == 0:
+        return kept
+    mean_row = stale_survival.mean(axis=0)
+    return np.vstack([kept, np.broadcast_to(mean_row, (joined, mean_row.size))])

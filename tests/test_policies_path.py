@@ -1,0 +1,100 @@
+"""The shared path: every DSpark-family policy is only as right as its ranking and its Θ, so
+the vectorised path must agree with Algorithm 1 written out one admission at a time."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sparksim.policies import make_policy
+from sparksim.policies.base import StepBatch
+from sparksim.policies.path import (
+    CostTable,
+    batch_path,
+    candidate_order,
+    round_to_captured,
+    top_k_lengths,
+)
+from tests.policy_helpers import batches, confidences, profile, reference_cut, step_s
+
+# Drawn profiles are small; batches past their last size extrapolate on purpose.
+pytestmark = pytest.mark.filterwarnings("ignore::sparksim.profile.ProfileWarning")
+
+
+@settings(max_examples=80, deadline=None)
+@given(batches())
+def test_greedy_matches_algorithm_1_written_as_a_loop(batch: StepBatch) -> None:
+    lengths = make_policy("greedy", batch.gamma).decide(batch)
+    np.testing.assert_array_equal(lengths, reference_cut(batch))
+
+
+@settings(max_examples=80, deadline=None)
+@given(batches())
+def test_argmax_matches_the_whole_path_search_written_as_a_loop(batch: StepBatch) -> None:
+    lengths = make_policy("argmax", batch.gamma).decide(batch)
+    np.testing.assert_array_equal(lengths, reference_cut(batch, early_stop=False))
+
+
+@settings(max_examples=100, deadline=None)
+@given(confidences(), st.data())
+def test_top_k_admits_exactly_the_first_k_candidates_of_the_ranking(conf, data) -> None:
+    survival = np.cumprod(conf, axis=1)
+    r, g = survival.shape
+    k = data.draw(st.integers(0, r * g))
+    rr, jj = candidate_order(survival)
+    expected = np.zeros(r, dtype=np.int64)
+    np.maximum.at(expected, rr[:k], jj[:k] + 1)
+    np.testing.assert_array_equal(top_k_lengths(survival, k), expected)
+    ranked = np.sort(survival, axis=None)[::-1]
+    np.testing.assert_array_equal(top_k_lengths(survival, k, ranked), expected)
+
+
+def test_ties_go_to_the_lower_position_then_the_lower_request() -> None:
+    # Every survival equal: the path is position-major, request 0 before request 1.
+    survival = np.full((2, 3), 0.5)
+    rr, jj = candidate_order(survival)
+    assert list(zip(rr.tolist(), jj.tolist(), strict=True)) == [(0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2)]
+    np.testing.assert_array_equal(top_k_lengths(survival, 3), [2, 1])
+
+
+@settings(max_examples=100, deadline=None)
+@given(batches())
+def test_theta_along_the_path_equals_tau_over_the_profiled_step_time(batch: StepBatch) -> None:
+    path = batch_path(batch, CostTable())
+    ks = np.arange(path.size + 1)
+    tau = batch.num_requests + np.concatenate([[0.0], np.cumsum(path.gains)])
+    direct = tau / np.array([step_s(batch, batch.fixed_tokens + int(k)) for k in ks])
+    np.testing.assert_allclose(path.theta(), direct, rtol=1e-12)
+    assert path.size <= max(0, batch.max_tokens - batch.fixed_tokens)
+
+
+def test_the_cost_table_follows_profile_context_interpolation() -> None:
+    # Why: an engine with a context-dependent profile must price steps as the profile does.
+    from sparksim.profile import Profile
+
+    prof = Profile(
+        name="ctx", card={}, tokens=np.array([8.0, 64.0, 512.0]), contexts=np.array([1024.0, 8192.0]),
+        step_ms=np.array([[10.0, 12.0, 30.0], [14.0, 18.0, 50.0]]),
+        draft_requests=np.empty(0), draft_ms=np.empty(0),
+    )
+    for context in (1024.0, 3000.0, 8192.0):
+        batch = StepBatch.from_conf(np.full((4, 5), 0.8), prof, context=context, draft_s=0.001)
+        got = CostTable().step_s(batch.cost, 0, 400)
+        np.testing.assert_allclose(got, batch.cost.step_s(np.arange(400)), rtol=1e-12)
+
+
+def test_rounding_picks_the_neighbouring_graph_size_with_the_higher_theta() -> None:
+    # Graph sizes 8 and 16; cost flat inside each graph, so the Θ peak sits on a size.
+    prof = profile([8, 16, 32], [10.0, 10.5, 30.0], captured=[8, 16, 32])
+    batch = StepBatch.from_conf(np.full((4, 7), 0.9), prof)
+    path = batch_path(batch, CostTable())
+    # B = 4 + 6 = 10 lies between 8 and 16: both reachable, the larger Θ wins.
+    k = round_to_captured(path, 6, (8, 16, 32))
+    theta = path.theta()
+    assert k in (4, 12)
+    assert theta[k] == max(theta[4], theta[12])
+    assert round_to_captured(path, 4, (8, 16, 32)) == 4  # already on a graph size
+    assert round_to_captured(path, 6, ()) == 6  # no graph sizes listed: unchanged
+    assert round_to_captured(path, 24, (8, 16)) == 24  # past the last graph: eager, unchanged
