@@ -421,7 +421,11 @@ def write_profile(
         if draft is not None:
             _sizes_as_int(draft).to_csv(tmp / "draft.csv", index=False, float_format="%.6g")
         (tmp / "card.yaml").write_text(yaml.safe_dump(dict(card), sort_keys=False, width=100))
-        problems = check_profile(tmp)
+        with warnings.catch_warnings():
+            # the written copy's clean-up warnings would name the temporary folder; loading
+            # the profile repeats them under its real name
+            warnings.simplefilter("ignore", ProfileWarning)
+            problems = check_profile(tmp)
         if problems:
             raise FormatError(path, problems)
     return path

@@ -1,7 +1,151 @@
-"""`sparksim profile ...` commands."""
+"""`sparksim profile`: measure an SPS(B) profile on this machine's CPU or GPU; `profile analytic`.
+
+With no subcommand, `sparksim profile --model ... --out ...` runs the measurement
+(needs the torch extra); `sparksim profile analytic` writes a roofline profile instead.
+"""
 
 from __future__ import annotations
 
+import shlex
+from pathlib import Path
+
 import typer
 
-app = typer.Typer(help="profile commands", no_args_is_help=True)
+from sparksim.cli.common import console, err_console, friendly_errors
+from sparksim.cli.profile_analytic import analytic
+from sparksim.errors import ConfigError
+
+app = typer.Typer(
+    help="Measure an SPS(B) profile (verify.csv, draft.csv, card.yaml) on this machine, or write "
+    "an analytic one (`profile analytic`).",
+    no_args_is_help=True,
+    invoke_without_command=True,
+)
+app.command("analytic")(analytic)
+
+DEFAULT_TOKENS = "1,2,4,8,16,32,64,128,256,512"
+
+
+@app.callback()
+@friendly_errors
+def measure(
+    ctx: typer.Context,
+    model: str | None = typer.Option(None, "--model", help="model preset (qwen3-4b, qwen3-8b, qwen3-14b, llama-3.1-8b, cpu-demo) or path to an HF config.json"),
+    device: str = typer.Option("cpu", "--device", help="cpu or cuda (single device)"),
+    dtype: str = typer.Option("bf16", "--dtype", help="bf16, fp16 or fp32 for weights, KV cache and activations"),
+    tokens: str = typer.Option(DEFAULT_TOKENS, "--tokens", help="batch sizes B in tokens: a list 1,2,4, a range 1-64, a stepped range 1-1024:8, or a mix"),
+    contexts: str = typer.Option("1024", "--context", "--contexts", help="KV tokens per request, a list like 1024,4096,16384"),
+    graphs: bool | None = typer.Option(None, "--graphs/--no-graphs", help="capture one CUDA graph per captured size (default: on for cuda, off for cpu)"),
+    max_capture_size: int = typer.Option(512, "--max-capture-size", help="largest CUDA-graph size (vLLM's default sizes up to it); larger batches run eagerly"),
+    replays: int = typer.Option(5, "--replays", help="timed replays per point; the median is kept (5 or more for a real profile)"),
+    warmup: int = typer.Option(2, "--warmup", help="untimed runs before the replays of each point"),
+    rounds: int = typer.Option(1, "--rounds", help="repeat the whole sweep this many times and pool the replays (spreads them over time on a shared machine)"),
+    tokens_per_request: int | None = typer.Option(None, "--tokens-per-request", help="R = ceil(B / this); default 1 + γ"),
+    gamma: int = typer.Option(7, "--gamma", help="drafter block size γ"),
+    draft_layers: int = typer.Option(5, "--draft-layers", help="drafter layers (DSpark uses 5)"),
+    draft: bool = typer.Option(True, "--draft/--no-draft", help="also time the drafter by request count (draft.csv)"),
+    draft_context: int | None = typer.Option(None, "--draft-context", help="context the drafter attends to (default: the first --context)"),
+    peaks: bool = typer.Option(True, "--peaks/--no-peaks", help="measure matmul FLOP/s and copy bandwidth and put the roofline's error in the card"),
+    threads: int | None = typer.Option(None, "--threads", help="CPU threads for torch (default: torch's choice)"),
+    out: Path | None = typer.Option(None, "--out", help="profile folder to write (default profiles/<device>-<model>-<dtype>-measured)"),
+    note: str = typer.Option("", "--note", help="a remark for the card (e.g. what else ran on the machine)"),
+) -> None:
+    """Measure SPS(B): time one verification step at every (tokens, context), and the drafter."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if model is None:
+        raise ConfigError("--model is required (a preset name or a path to config.json)")
+    _measure(model, device, dtype, tokens, contexts, graphs, max_capture_size, replays, warmup, rounds,
+             tokens_per_request, gamma, draft_layers, draft, draft_context, peaks, threads, out, note)
+
+
+def _measure(
+    model: str, device: str, dtype: str, tokens: str, contexts: str, graphs: bool | None,
+    max_capture_size: int, replays: int, warmup: int, rounds: int, tokens_per_request: int | None, gamma: int,
+    draft_layers: int, draft: bool, draft_context: int | None, peaks: bool, threads: int | None,
+    out: Path | None, note: str,
+) -> None:
+    from sparksim.models import load_model_spec
+
+    spec = load_model_spec(model)  # unknown presets and bad config.json fail before torch loads
+    try:
+        import torch
+    except ImportError:
+        raise ConfigError("sparksim profile needs torch: pip install 'sparksim[torch]'") from None
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    if peaks:
+        # Imported now so a long sweep cannot fail at its very end on a missing module.
+        import sparksim.profiling.accuracy
+        import sparksim.roofline  # noqa: F401
+    from sparksim.profiling.card import write_measured_profile
+    from sparksim.profiling.draft_model import DrafterShape
+    from sparksim.profiling.graphs import default_capture_sizes
+    from sparksim.profiling.peaks import measure_peaks
+    from sparksim.profiling.sweep import (
+        DTYPES,
+        SweepConfig,
+        check_config,
+        merge_draft_rounds,
+        merge_rounds,
+        parse_int_list,
+        run_draft_sweep,
+        run_verify_sweep,
+    )
+    from sparksim.profiling.timing import MIN_REPLAYS_RECOMMENDED, CudaEventClock, HostClock
+
+    use_graphs = (device == "cuda") if graphs is None else graphs
+    tpr = tokens_per_request if tokens_per_request is not None else gamma + 1
+    if replays < 1 or warmup < 0 or rounds < 1:
+        raise ConfigError(f"--replays {replays} and --rounds {rounds} must be >= 1, "
+                          f"--warmup {warmup} >= 0")
+    cfg = SweepConfig(
+        spec=spec, device=device, dtype=dtype,
+        tokens=parse_int_list(tokens, "--tokens"), contexts=parse_int_list(contexts, "--context"),
+        graphs=use_graphs, capture_sizes=default_capture_sizes(max_capture_size) if use_graphs else [],
+        replays=replays, warmup=warmup, tokens_per_request=tpr,
+        drafter=DrafterShape(num_layers=draft_layers, gamma=gamma) if draft else None,
+        draft_context=draft_context,
+    )
+    check_config(cfg)
+    if threads is not None:
+        torch.set_num_threads(threads)
+    target = out if out is not None else Path("profiles") / f"{device}-{spec.name}-{dtype}-measured"
+    argv = [
+        "sparksim", "profile", "--model", model, "--device", device, "--dtype", dtype,
+        "--tokens", tokens, "--context", contexts, "--graphs" if use_graphs else "--no-graphs",
+        *(["--max-capture-size", str(max_capture_size)] if use_graphs else []),
+        "--replays", str(replays), "--warmup", str(warmup), "--rounds", str(rounds), "--tokens-per-request", str(tpr),
+        "--gamma", str(gamma), "--draft-layers", str(draft_layers),
+        *(["--draft-context", str(cfg.draft_context_used)] if draft else ["--no-draft"]),
+        "--peaks" if peaks else "--no-peaks",
+        *(["--threads", str(threads)] if threads is not None else []),
+        "--out", str(target), *(["--note", note] if note else []),
+    ]
+    if replays < MIN_REPLAYS_RECOMMENDED:
+        err_console.print(f"[yellow]warning:[/] --replays {replays} is below "
+                          f"{MIN_REPLAYS_RECOMMENDED}; fine for a smoke test, noisy for a profile")
+    total = rounds * (len(cfg.tokens) * len(cfg.contexts) + len(cfg.draft_requests if draft else []))
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err_console, transient=False) as bar:
+        task = bar.add_task(f"profiling {spec.name} on {device} ({dtype})", total=total)
+
+        def advance(label: str) -> None:
+            bar.update(task, advance=1, description=label)
+
+        point_rounds, draft_rounds = [], []
+        for _ in range(rounds):
+            point_rounds.append(run_verify_sweep(cfg, progress=advance))
+            draft_rounds.append(run_draft_sweep(cfg, progress=advance))
+    points, drafts = merge_rounds(point_rounds), merge_draft_rounds(draft_rounds)
+    measured = None
+    if peaks:
+        dev = torch.device(device)
+        clock = CudaEventClock() if device == "cuda" else HostClock()
+        with torch.inference_mode():
+            measured = measure_peaks(dev, DTYPES[dtype], clock)
+    path = write_measured_profile(target, cfg, points, drafts, shlex.join(argv), peaks=measured,
+                                  note=note, rounds=rounds)
+    missing = sum(p.timing is None for p in points)
+    console.print(f"[green]wrote[/] {path} ({len(points) - missing} points measured"
+                  f"{f', {missing} unavailable' if missing else ''})", highlight=False)

@@ -1,0 +1,1 @@
+"""Figures drawn from sparksim's files; matplotlib is imported only inside the plotting functions."""

@@ -1,0 +1,93 @@
+"""A DSpark-shaped drafter with random weights, for timing one drafting step by request count.
+
+Shape as in DeepSpec's Qwen3DSparkModel: hidden states from m target layers are
+concatenated, projected (fc: m·d → d) and normed into context features whose keys and
+values every draft layer writes into its cache (KV injection); then a block of γ tokens
+(anchor + γ − 1 masks) runs bidirectionally through the draft layers over that cache,
+the LM head gives γ base logits per request, and a Markov head (rank-256 bigram) samples
+the block left to right with a confidence head beside it. The drafter always drafts the
+whole block, which is why its cost goes by request count, not token count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from sparksim.models import ModelSpec
+from sparksim.profiling.model import (
+    DecoderLayer,
+    KVCache,
+    RMSNorm,
+    StepLayout,
+    materialise,
+)
+
+
+@dataclass(frozen=True)
+class DrafterShape:
+    """How the drafter differs from its target; the layers themselves copy the target's shape."""
+
+    num_layers: int = 5  # DSpark and DFlash both use 5 draft layers
+    gamma: int = 7  # block size γ: anchor + γ − 1 masks in, γ drafts out
+    target_layers: int = 5  # m target layers whose hidden states feed the context features
+    markov_rank: int = 256  # rank of the bigram bias W1[x_{k−1}]·W2
+
+
+class DSparkDrafter(nn.Module):
+    """Draft layers with KV injection, LM head, Markov head and confidence head."""
+
+    def __init__(self, spec: ModelSpec, shape: DrafterShape) -> None:
+        super().__init__()
+        self.spec, self.shape = spec, shape
+        d = spec.hidden
+        self.embed = nn.Embedding(spec.vocab, d)
+        self.fc = nn.Linear(shape.target_layers * d, d, bias=False)
+        self.hidden_norm = RMSNorm(d)
+        self.layers: list[DecoderLayer] = nn.ModuleList(  # type: ignore[assignment]
+            DecoderLayer(spec) for _ in range(shape.num_layers))
+        self.norm = RMSNorm(d)
+        self.lm_head = nn.Linear(d, spec.vocab, bias=False)
+        self.markov_w1 = nn.Embedding(spec.vocab, shape.markov_rank)
+        self.markov_w2 = nn.Linear(shape.markov_rank, spec.vocab, bias=False)
+        self.conf_head = nn.Linear(d + shape.markov_rank, 1)
+
+    def forward(
+        self, target_hidden: torch.Tensor, block_ids: torch.Tensor, ctx_layout: StepLayout,
+        block_layout: StepLayout, cache: KVCache,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Draft one block per request; return (draft tokens (R, γ), confidences (R, γ)).
+
+        `target_hidden` (R·(1+γ), m·d) holds the verified step's target features, injected
+        at the positions `ctx_layout` names; `block_ids` (R·γ,) are the anchor and masks.
+        """
+        R, gamma = block_layout.requests, self.shape.gamma
+        ctx = self.hidden_norm(self.fc(target_hidden))  # (R·(1+γ), d)
+        x = self.embed(block_ids)  # (R·γ, d)
+        for i, layer in enumerate(self.layers):
+            layer.attn.write_kv(ctx, ctx_layout, cache.k[i], cache.v[i])
+            x = layer(x, block_layout, cache.k[i], cache.v[i])
+        h = self.norm(x)  # (R·γ, d)
+        base = self.lm_head(h).view(R, gamma, -1)  # (R, γ, V)
+        h = h.view(R, gamma, -1)
+        prev = block_ids.view(R, gamma)[:, 0]  # the anchor
+        drafts, confs = [], []
+        for k in range(gamma):  # the sequential stage: each draft conditions on the last
+            bias = self.markov_w2(self.markov_w1(prev))  # (R, V)
+            conf = torch.sigmoid(self.conf_head(torch.cat((h[:, k], self.markov_w1(prev)), -1)))
+            prev = (base[:, k] + bias).argmax(-1)  # (R,)
+            drafts.append(prev)
+            confs.append(conf[:, 0])
+        return torch.stack(drafts, 1), torch.stack(confs, 1)
+
+
+def build_drafter(
+    spec: ModelSpec, shape: DrafterShape, device: torch.device, dtype: torch.dtype, seed: int = 1
+) -> DSparkDrafter:
+    """Build the drafter for target `spec` with random weights, on `device` in `dtype`."""
+    with torch.device("meta"):
+        drafter = DSparkDrafter(spec, shape)
+    materialise(drafter, device, dtype, seed)
+    return drafter.eval()

@@ -1,0 +1,90 @@
+"""`sparksim plot profile`: the landmarks it marks and the figure it writes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from sparksim.cli import app
+from sparksim.plotting.profile_plot import find_cliffs, find_knee, load_curves, lower_envelope
+from sparksim.profile import write_profile
+
+runner = CliRunner()
+CAPTURED = [1, 2, 4, 8, 16, 32, 64]
+
+
+def staircase_ms(tokens: np.ndarray) -> np.ndarray:
+    """A CUDA-graph-like cost: flat to 16 tokens, then linear, padded to captured sizes, +60 % past 64."""
+    sizes = np.array(CAPTURED, dtype=float)
+    padded = np.where(tokens <= 64, sizes[np.minimum(np.searchsorted(sizes, tokens), sizes.size - 1)], tokens)
+    cost = 10.0 + np.maximum(padded - 16, 0) * 0.5
+    return np.where(tokens > 64, cost * 1.6, cost)
+
+
+def make_profile(path: Path, scale: float = 1.0, contexts: tuple[int, ...] = (1024, 4096)) -> Path:
+    tokens = np.array([1, 2, 4, 8, 16, 24, 32, 48, 64, 80, 128, 256], dtype=float)
+    rows = [
+        {"context": c, "tokens": t, "step_ms": m * scale * (1 + c / 8192), "min_ms": m * 0.9,
+         "max_ms": m * scale * 2}
+        for c in contexts for t, m in zip(tokens, staircase_ms(tokens), strict=True)
+    ]
+    card = {"source": "synthetic", "hardware": "test", "model": "test", "dtype": "bf16",
+            "date": "2026-01-01", "command": "test", "graph_capture_sizes": CAPTURED}
+    return write_profile(path, pd.DataFrame(rows), card)
+
+
+def test_knee_is_where_the_flat_memory_bound_region_ends() -> None:
+    # The knee tells a scheduler how many tokens ride free; it must not move with a noise spike.
+    tokens = np.array([1, 2, 4, 8, 16, 32, 64, 128], dtype=float)
+    cost = np.array([10, 10, 10.5, 10.2, 11, 14, 20, 35], dtype=float)
+    assert find_knee(tokens, cost) == 32
+    spiky = cost.copy()
+    spiky[1] = 30.0  # another job stole the CPU during B = 2
+    assert find_knee(tokens, spiky) == 32
+    assert find_knee(tokens, np.full(8, 5.0)) is None
+
+
+def test_cliff_is_a_jump_out_of_proportion_to_the_batch() -> None:
+    # Leaving the captured range costs far more than the few extra tokens; doubling B in the
+    # compute-bound region costs double and is no cliff.
+    tokens = np.array([1, 2, 4, 8, 16, 24, 32, 48, 64, 80, 128, 256], dtype=float)
+    cliffs = find_cliffs(tokens, staircase_ms(tokens))
+    assert cliffs.tolist() == [80]
+    assert find_cliffs(tokens, tokens * 2.0).size == 0
+
+
+def test_lower_envelope_removes_spikes_but_keeps_real_steps() -> None:
+    # A larger batch cannot be cheaper, so a point above a later one is noise.
+    cost = np.array([5.0, 9.0, 5.5, 8.0, 8.0, 12.0])
+    assert lower_envelope(cost).tolist() == [5.0, 5.5, 5.5, 8.0, 8.0, 12.0]
+
+
+def test_plot_overlays_several_profiles_into_one_png(tmp_path: Path) -> None:
+    # Comparing hardware or models means several curves on one figure.
+    pytest.importorskip("matplotlib")
+    a = make_profile(tmp_path / "a")
+    b = make_profile(tmp_path / "b", scale=0.5, contexts=(2048,))
+    out = tmp_path / "fig" / "sps.png"
+    result = runner.invoke(app, ["plot", "profile", str(a), str(b), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(load_curves([a, b])) == 3  # two contexts of a, one of b
+    nearest = load_curves([a, b], context=4000)
+    assert [c.label for c in nearest] == ["a (synthetic, ctx 4096)", "b (synthetic, ctx 2048)"]
+    assert nearest[0].captured == tuple(CAPTURED)
+
+
+def test_plot_of_a_broken_profile_names_the_problem(tmp_path: Path) -> None:
+    # A bad input must say what is wrong with it rather than draw nothing.
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "verify.csv").write_text("tokens,step_ms\n1,abc\n")
+    result = runner.invoke(app, ["plot", "profile", str(bad), "--out", str(tmp_path / "x.png")])
+    assert result.exit_code == 1
+    said = " ".join(result.output.split())
+    assert "step_ms" in said and "card.yaml" in said
+    assert not (tmp_path / "x.png").exists()
