@@ -23,3 +23,23 @@ def profile(
 
     written = plot_profiles(paths, out, context=context)
     console.print(f"[green]wrote[/] {written}", highlight=False)
+
+
+@app.command("pareto")
+@friendly_errors
+def pareto(
+    sweep_dir: Path = typer.Argument(..., help="a folder written by `sparksim sweep` (sweep.parquet)"),
+    out: Path | None = typer.Option(None, "--out", help="PNG file (default: SWEEP_DIR/pareto.png)"),
+    baseline: str | None = typer.Option(None, "--baseline", help="policy the speedups are against"),
+) -> None:
+    """Plot throughput per GPU against tok/s per user for every policy of a sweep, with frontiers."""
+    import pandas as pd
+
+    from sparksim.errors import FormatError
+    from sparksim.plotting.pareto import plot_pareto
+
+    table_path = sweep_dir / "sweep.parquet"
+    if not table_path.is_file():
+        raise FormatError(sweep_dir, ["sweep.parquet: file is missing (run `sparksim sweep` first)"])
+    written = plot_pareto(pd.read_parquet(table_path), out or sweep_dir / "pareto.png", baseline=baseline)
+    console.print(f"[green]wrote[/] {written}", highlight=False)
