@@ -240,7 +240,6 @@ class Engine:
         profile = self.profile
         stats = self.stats
         policy = self.policy
-        joint_size = stats.joint.size
         g1 = self.gamma + 1
         while True:
             self._admit()
@@ -315,7 +314,7 @@ class Engine:
                     stats.window_verified += verified
                     stats.window_emitted_decode += emitted_total
                     if verified:
-                        stats.joint += np.bincount(lengths * g1 + accepted, minlength=joint_size)
+                        stats.add_joint(lengths * g1 + accepted)
                     else:
                         stats.joint[0] += n
                 done = st[EMITTED, :n] >= st[OUT_LEN, :n]

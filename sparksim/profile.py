@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import math
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -59,9 +60,9 @@ class Profile:
     path: Path | None = None
     _warned: set[str] = field(default_factory=set, repr=False)
     _draft_cache: dict[int, float] = field(default_factory=dict, repr=False)
-    _rows_list: list[list[float]] | None = field(default=None, repr=False)
-    _cols_list: list[float] = field(default_factory=list, repr=False)
-    _ctx_list: list[float] = field(default_factory=list, repr=False)
+    _scalar: tuple[list[list[float]], list[float], list[float], float] | None = field(
+        default=None, repr=False
+    )
 
     @property
     def source(self) -> str:
@@ -128,22 +129,20 @@ class Profile:
 
     def verify_s_scalar(self, tokens: float, context: float = 0.0) -> float:
         """Return `verify_s` for one batch size: the engine's per-step fast path (no arrays)."""
-        if tokens > self.tokens[-1] or (self.has_context and context > self.contexts[-1]):
-            return float(self.verify_s(tokens, context))
-        rows, cols = self._scalar_tables()
-        if self.mode == "step" and tokens <= self.step_limit:
+        rows, cols, ctx, limit = self._scalar_tables()
+        if tokens > cols[-1] or (ctx and context > ctx[-1]):
+            return float(self.verify_s(tokens, context))  # extrapolates, and warns once
+        if tokens <= limit:
             j = bisect.bisect_left(cols, tokens)
             vals = [row[j] for row in rows]
+        elif len(cols) == 1:
+            vals = [row[0] for row in rows]
         else:
             j = min(max(bisect.bisect_left(cols, tokens), 1), len(cols) - 1)
-            if len(cols) == 1:
-                vals = [row[0] for row in rows]
-            else:
-                w = min(max((tokens - cols[j - 1]) / (cols[j] - cols[j - 1]), 0.0), 1.0)
-                vals = [(1.0 - w) * row[j - 1] + w * row[j] for row in rows]
+            w = min(max((tokens - cols[j - 1]) / (cols[j] - cols[j - 1]), 0.0), 1.0)
+            vals = [(1.0 - w) * row[j - 1] + w * row[j] for row in rows]
         if len(vals) == 1:
             return vals[0] / 1e3
-        ctx = self._ctx_list
         k = min(max(bisect.bisect_right(ctx, context) - 1, 0), len(ctx) - 2)
         w = max((context - ctx[k]) / (ctx[k + 1] - ctx[k]), 0.0)
         return ((1.0 - w) * vals[k] + w * vals[k + 1]) / 1e3
@@ -159,13 +158,17 @@ class Profile:
             self._draft_cache[key] = cached
         return cached
 
-    def _scalar_tables(self) -> tuple[list[list[float]], list[float]]:
-        if self._rows_list is None:
-            self._rows_list = self.step_ms.tolist()
-            self._cols_list = self.tokens.tolist()
-            self._ctx_list = self.contexts.tolist()
-        assert self._rows_list is not None
-        return self._rows_list, self._cols_list
+    def _scalar_tables(self) -> tuple[list[list[float]], list[float], list[float], float]:
+        """Python-list copies of the grid for scalar lookups: (rows, tokens, contexts, step limit).
+
+        `contexts` is empty for a profile without a context column; the step limit is
+        +inf in `linear` mode so a single comparison picks the branch.
+        """
+        if self._scalar is None:
+            limit = self.step_limit if self.mode == "step" else -math.inf
+            ctx = self.contexts.tolist() if self.has_context and self.contexts.size > 1 else []
+            self._scalar = (self.step_ms.tolist(), self.tokens.tolist(), ctx, limit)
+        return self._scalar
 
     def sps(self, tokens: ArrayLike, context: ArrayLike | None = None) -> NDArray[np.float64]:
         """Return steps per second of the target alone at `tokens` batch tokens."""

@@ -60,17 +60,26 @@ class Columns:
         self.schema = schema
         self.cols: dict[str, array[float] | array[int]] = {k: array(t) for k, t in schema.items()}
         self._arrays = list(self.cols.values())
+        self._pending: list[tuple[float | int, ...]] = []  # rows not yet moved into the columns
 
     def append_row(self, row: tuple[float | int, ...]) -> None:
-        """Append one row, values in schema order."""
-        for arr, val in zip(self._arrays, row, strict=True):
-            arr.append(val)  # type: ignore[arg-type]
+        """Append one row, values in schema order (buffered: one tuple now, columns in bulk)."""
+        self._pending.append(row)
+        if len(self._pending) >= 4096:
+            self.flush()
+
+    def flush(self) -> None:
+        """Move buffered rows into the typed columns."""
+        if self._pending:
+            for arr, values in zip(self._arrays, zip(*self._pending, strict=True), strict=True):
+                arr.extend(values)  # type: ignore[arg-type]
+            self._pending.clear()
 
     def __len__(self) -> int:
-        first = next(iter(self.cols.values()))
-        return len(first)
+        return len(self._arrays[0]) + len(self._pending)
 
     def to_frame(self) -> pd.DataFrame:
+        self.flush()
         data = {
             k: np.frombuffer(v, dtype=np.float64 if self.schema[k] == "d" else np.int64).copy()
             for k, v in self.cols.items()
@@ -116,13 +125,31 @@ class StreamStats:
     def __post_init__(self) -> None:
         self.itl_hist = np.zeros(_ITL_BINS, dtype=np.int64)
         self.joint = np.zeros((self.gamma + 1) ** 2, dtype=np.int64)
+        self._bins: dict[float, int] = {}
+        self._joint_pending: list[NDArray[np.int64]] = []
+
+    def add_joint(self, codes: NDArray[np.int64]) -> None:
+        """Count one step's (ℓ, accepted) pairs, coded ℓ·(γ+1) + accepted; counted in bulk."""
+        self._joint_pending.append(codes)
+        if len(self._joint_pending) >= 512:
+            self.flush()
+
+    def flush(self) -> None:
+        """Fold buffered (ℓ, accepted) codes into the joint histogram."""
+        if self._joint_pending:
+            codes = np.concatenate(self._joint_pending)
+            self.joint += np.bincount(codes, minlength=self.joint.size)
+            self._joint_pending.clear()
 
     def in_window(self, at: float) -> bool:
         return self.window_start <= at <= self.window_end
 
     def add_itl(self, gap_s: float, count: int) -> None:
         """Record `count` inter-token gaps of `gap_s` seconds."""
-        self.itl_hist[itl_bin(gap_s)] += count
+        b = self._bins.get(gap_s)
+        if b is None:  # step times repeat (a profile is a table), so bins are memoised
+            b = self._bins[gap_s] = itl_bin(gap_s)
+        self.itl_hist[b] += count
         self.itl_sum_s += gap_s * count
         self.itl_count += count
 
