@@ -258,18 +258,26 @@ def parse_scenario(data: Mapping[str, Any] | None) -> Scenario:
     return Scenario.model_validate(data)
 
 
-def read_scenario_file(path: Path | str) -> dict[str, Any]:
-    """Read a scenario YAML file with the safe loader; raise ConfigError if it is not a mapping."""
+def read_yaml_mapping(path: Path | str, what: str = "scenario") -> dict[str, Any]:
+    """Read a YAML file that must hold a mapping, with the safe loader (empty file: {}).
+
+    Raises ConfigError naming the file when it is unreadable, not YAML, or not a mapping.
+    """
     path = Path(path)
     try:
         data = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{path}: cannot read scenario ({exc})") from None
+        raise ConfigError(f"{path}: cannot read {what} ({exc})") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a scenario must be a YAML mapping")
+        raise ConfigError(f"{path}: a {what} file must hold a YAML mapping")
     return data
+
+
+def read_scenario_file(path: Path | str) -> dict[str, Any]:
+    """Read a scenario YAML file with the safe loader; raise ConfigError if it is not a mapping."""
+    return read_yaml_mapping(path, "scenario")
 
 
 def check_scenario_file(path: Path | str) -> list[str]:

@@ -72,7 +72,7 @@ class Columns:
         """Move buffered rows into the typed columns."""
         if self._pending:
             for arr, values in zip(self._arrays, zip(*self._pending, strict=True), strict=True):
-                arr.extend(values)  # type: ignore[arg-type]
+                arr.extend(values)
             self._pending.clear()
 
     def __len__(self) -> int:

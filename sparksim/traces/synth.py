@@ -39,12 +39,12 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import yaml
 from numpy.lib.stride_tricks import sliding_window_view
 from numpy.typing import NDArray
 from scipy.signal import lfilter
 from scipy.special import ndtri
 
+from sparksim.config import read_yaml_mapping
 from sparksim.errors import ConfigError
 from sparksim.traces.format import MAX_GAMMA, REQUEST_COLUMNS, TraceSet, write_traceset
 from sparksim.traces.stats import DomainStats, domain_stats, walk_totals
@@ -267,16 +267,7 @@ def with_overrides(model: SynthModel, overrides: Mapping[str, Any], where: str =
 
 def load_params(path: Path | str) -> dict[str, Any]:
     """Read a params YAML with the safe loader; raise ConfigError naming the file if unreadable."""
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{path}: cannot read params ({exc})") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: must hold a mapping of parameters")
-    return data
+    return read_yaml_mapping(path, "params")
 
 
 # --------------------------------------------------------------------------- the model
