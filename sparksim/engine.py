@@ -142,8 +142,8 @@ class Engine:
             req = self.queue[0]
             if self.n + len(self.prefilling) >= self.max_concurrency:
                 return
-            if (self.n + 1) * self.reserve > self.max_batch_tokens:
-                return  # INV-2: even full verification of everyone must fit the token limit
+            if (self.n + len(self.prefilling) + 1) * self.reserve > self.max_batch_tokens:
+                return  # INV-2: full verification of everyone, prefilling ones included, must fit
             need = req.spec.prompt_tokens + req.emitted
             if self.kv_used + need + (self.n + 1) * self.reserve > self.kv_capacity:
                 return

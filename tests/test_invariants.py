@@ -125,3 +125,15 @@ def test_sync_pipeline_adds_the_decision_time_to_every_step(
     assert (sync.steps["decision_s"] == 0.001).all()
     total = sync.steps["draft_s"] + sync.steps["verify_s"] + sync.steps["decision_s"]
     assert (abs(sync.steps["step_s"] - total) < 1e-12).all()
+
+
+def test_chunked_prefill_and_verification_share_the_token_limit(
+    sloped_profile: Path, varied_traces: Path
+) -> None:
+    # INV-2 under the tightest mix: slow chunked prefills competing with full verification.
+    _, _, res = _run(sloped_profile, varied_traces, "static", [
+        "policy.gamma=7", "cluster.prefill.mode=colocated", "cluster.prefill.chunk_tokens=16",
+        "cluster.max_batch_tokens=256", "workload.concurrency=100",
+    ], 6.0)
+    assert res.violations == []
+    assert res.steps is not None and res.steps["batch_tokens"].max() <= 256
