@@ -91,4 +91,17 @@ def test_kv_capacity_smaller_than_one_request_is_an_error(flat_profile: Path, tr
 
 @pytest.mark.parametrize("example", sorted(Path("docs/scenarios").glob("*.yaml")), ids=lambda p: p.name)
 def test_documented_example_scenarios_are_valid(example: Path) -> None:
-    assert check_scenario_file(example) == []
+    from sparksim.validation import check_scenario
+
+    assert check_scenario(example) == []
+
+
+def test_validate_checks_the_inputs_a_scenario_names(tmp_path: Path) -> None:
+    from sparksim.validation import check_scenario
+
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml.safe_dump({"profile": "profiles/does-not-exist", "traces": "traces/synth-dspark-qwen3-8b",
+                                 "policy": {"name": "static", "gamma": 9}}))
+    problems = check_scenario(f)
+    assert any(p.startswith("profile='profiles/does-not-exist'") for p in problems)
+    assert any("gamma=9" in p for p in problems)
