@@ -8,7 +8,7 @@ import typer
 
 from sparksim.cli.common import console, friendly_errors
 
-app = typer.Typer(help="plot commands", no_args_is_help=True)
+app = typer.Typer(help="Plot SPS profiles and sweep Pareto frontiers (needs matplotlib: the plot extra).", no_args_is_help=True)
 
 
 @app.command("profile")
