@@ -58,7 +58,12 @@ def sweep(
         else:
             shown.add_row(policy, "no overlap", "–")
     console.print(shown)
-    console.print(f"{len(points)} runs → {out}/ (sweep.parquet, sweep.csv, pareto.png)", highlight=False)
+    plotted = (out / "pareto.png").exists()
+    console.print(
+        f"{len(points)} runs → {out}/ (sweep.parquet, sweep.csv"
+        + (", pareto.png)" if plotted else "; no pareto.png: install the plot extra for matplotlib)"),
+        highlight=False,
+    )
 
 
 def register(app: typer.Typer) -> None:

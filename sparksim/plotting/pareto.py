@@ -20,7 +20,13 @@ def plot_pareto(table: pd.DataFrame, out: Path | str, *, title: str = "",
 
     from sparksim.sweep import pareto_frontier, speedup_at_matched_throughput
 
-    fig, ax = plt.subplots(figsize=(7.5, 5.0), constrained_layout=True)
+    load = "workload.concurrency" if "workload.concurrency" in table else (
+        "workload.rate" if "workload.rate" in table else None)
+    if load is not None:
+        fig, (ax, ax_b) = plt.subplots(1, 2, figsize=(12.5, 5.0), constrained_layout=True,
+                                       gridspec_kw={"width_ratios": [3, 2]})
+    else:
+        fig, ax = plt.subplots(figsize=(7.5, 5.0), constrained_layout=True)
     for i, (policy, grp) in enumerate(table.groupby("policy", sort=False)):
         color = f"C{i % 10}"
         label = str(grp["label"].iloc[0]) if "label" in grp else str(policy)
@@ -28,6 +34,17 @@ def plot_pareto(table: pd.DataFrame, out: Path | str, *, title: str = "",
         ax.scatter(grp["interactivity"], grp["tput_per_gpu"], s=14, color=color, alpha=0.45)
         front = pareto_frontier(grp)
         ax.plot(front["interactivity"], front["tput_per_gpu"], style, color=color, lw=1.8, label=label)
+        if load is not None:
+            by_load = grp.sort_values(load)
+            ax_b.plot(by_load[load], by_load["verify_budget_per_request"], style + "o", color=color,
+                      ms=3, lw=1.5, label=label)
+    if load is not None:
+        # DSpark Fig. 8: tokens verified per request per step (bonus included) against load
+        ax_b.set_xscale("log")
+        ax_b.set_xlabel(load.removeprefix("workload."))
+        ax_b.set_ylabel("verification budget per request (tokens/step)")
+        ax_b.grid(True, alpha=0.3)
+        ax_b.set_title("budget vs load")
     ax.set_xlabel("interactivity (output tok/s per user)")
     ax.set_ylabel("throughput per GPU (output tok/s)")
     ax.grid(True, alpha=0.3)
