@@ -20,7 +20,8 @@ def replay_step(
 
     `lengths` (R,) drafts verified, `accepted` (R,) the trace's accepted count at each
     request's position, `remaining` (R,) tokens each request still has to emit (≥ 1).
+    The accepted drafts are the verifier's outcome, min(ℓ, accepted), before the cut;
+    the tokens that count after the cut are `emit - 1` of them.
     """
     acc = np.minimum(lengths, accepted)
-    emit = np.minimum(acc + 1, remaining)
-    return np.minimum(acc, emit - 1), emit
+    return acc, np.minimum(acc + 1, remaining)

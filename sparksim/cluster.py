@@ -51,6 +51,10 @@ class Cluster:
         self.base_dir = base_dir
         seeds = np.random.SeedSequence(scenario.seed).spawn(4)
         self.rng_workload = np.random.default_rng(seeds[0])
+        # closed loop: one stream per user, so user u's k-th request is the same whatever the
+        # policy (runs at one seed are paired), not drawn in the order requests finish
+        users = scenario.workload.concurrency if scenario.workload.kind == "closed" else 0
+        self.rng_users = [np.random.default_rng(s) for s in seeds[3].spawn(users)]
         self.rng_routing = np.random.default_rng(seeds[1])
         rng_traces = np.random.default_rng(seeds[2])
         self.sampler = DomainSampler(traces, scenario.workload.mix)
@@ -77,6 +81,7 @@ class Cluster:
         self.next_id = 0
         self.rr_next = 0
         self.arrived = 0
+        self.arrived_in_window = 0
         self.finished = 0
         self.prefilling = 0  # in the disaggregated pool or its KV transfer
         self._lengths_from_traces = scenario.workload.lengths.source == "traces"
@@ -89,19 +94,20 @@ class Cluster:
                     output: int | None = None, domain: int | None = None) -> Request:
         """Draw a request arriving at `at` (lengths and domain from the workload unless given)."""
         wl = self.scenario.workload
+        rng = self.rng_users[user] if user >= 0 else self.rng_workload
         if domain is None:
-            dom, trace_req = self.sampler.draw(self.rng_workload)
+            dom, trace_req = self.sampler.draw(rng)
         else:
             dom = domain
             pool = self.sampler.by_domain[dom]
-            trace_req = int(pool[self.rng_workload.integers(pool.size)])
+            trace_req = int(pool[rng.integers(pool.size)])
         if prompt is None or output is None:
             if self._lengths_from_traces:
                 prompt = int(self._trace_prompt[trace_req])
                 output = int(self._trace_output[trace_req])
             else:
-                prompt = lognormal_length(self.rng_workload, wl.lengths.prompt)
-                output = lognormal_length(self.rng_workload, wl.lengths.output)
+                prompt = lognormal_length(rng, wl.lengths.prompt)
+                output = lognormal_length(rng, wl.lengths.output)
         spec = RequestSpec(self.next_id, at, max(int(prompt), 1), max(int(output), 1), dom,
                            trace_req, user)
         self.next_id += 1
@@ -117,6 +123,8 @@ class Cluster:
     def submit(self, req: Request) -> None:
         """A request arrives now: prefill it on the pool or route it to a replica."""
         self.arrived += 1
+        if self.stats.in_window(self.env.now):
+            self.arrived_in_window += 1
         if self.scenario.cluster.prefill.mode == "disaggregated":
             self.prefilling += 1
             self.env.process(self._disaggregated_prefill(req))
@@ -137,7 +145,7 @@ class Cluster:
             yield slot
             yield self.env.timeout(self.prefill_profile.verify_s_scalar(req.spec.prompt_tokens, 0.0))
         req.emitted = 1
-        req.first_token_at = self.env.now
+        req.first_token_at = req.last_emit_at = self.env.now
         if self.stats.in_window(self.env.now):
             self.stats.window_tokens += 1
         transfer = pf.kv_transfer_s

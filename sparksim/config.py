@@ -62,6 +62,11 @@ class ClusterConfig(_Model):
     def _decision(self) -> ClusterConfig:
         if isinstance(self.decision_s, float) and self.decision_s < 0:
             raise ValueError(f"decision_s={self.decision_s} must be >= 0")
+        if self.pipeline == "zos" and self.decision_s != 0.0:
+            raise ValueError(
+                f"decision_s={self.decision_s!r} has no effect under pipeline=zos "
+                "(scheduling overlaps the GPU); set cluster.pipeline=sync"
+            )
         return self
 
 
@@ -72,6 +77,12 @@ class LengthDist(_Model):
     sigma: float = Field(0.8, ge=0)
     min: int = Field(1, gt=0)
     max: int = Field(8192, gt=0)
+
+    @model_validator(mode="after")
+    def _range(self) -> LengthDist:
+        if self.min > self.max:
+            raise ValueError(f"min={self.min} is larger than max={self.max}")
+        return self
 
 
 class LengthsConfig(_Model):
@@ -104,6 +115,10 @@ class WorkloadConfig(_Model):
     def _check(self) -> WorkloadConfig:
         if self.kind == "replay" and not self.arrivals_csv:
             raise ValueError("workload.kind=replay needs workload.arrivals_csv")
+        if self.burstiness is not None and self.cv != 1.0:
+            raise ValueError(
+                f"give either cv={self.cv} or burstiness={self.burstiness} (cv = 1/sqrt(burstiness)), not both"
+            )
         if not self.mix:
             raise ValueError("workload.mix is empty")
         for dom, w in self.mix.items():

@@ -27,6 +27,7 @@ from numpy.typing import NDArray
 
 from sparksim.acceptance import replay_step
 from sparksim.config import Scenario
+from sparksim.errors import ConfigError
 from sparksim.invariants import InvariantError, lengths_in_bounds
 from sparksim.policies.base import Policy, StepBatch, StepCost
 from sparksim.profile import Profile
@@ -54,7 +55,8 @@ class Request:
     accepted: int = 0
     preemptions: int = 0
     switches: int = 0
-    admit_seq: int = 0
+    admit_seq: int = 0  # first admission's order (kept on re-admission: preempt the newest)
+    last_emit_at: float = math.nan  # when it last emitted a token (for ITL across gaps)
     on_done: list[Callable[[Request], None]] = field(default_factory=list)
 
 
@@ -120,6 +122,9 @@ class Engine:
         self.kv_used = 0
         self.step_index = 0
         self.admit_counter = 0
+        # ITL: requests that joined since the last step, with when they last emitted; their
+        # first gap in the batch is not one step long (transfer, queueing, recompute)
+        self._joined_at: dict[int, float] = {}
         self._idle: simpy.Event | None = None
         self.process = env.process(self._loop())
 
@@ -145,11 +150,18 @@ class Engine:
             if (self.n + len(self.prefilling) + 1) * self.reserve > self.max_batch_tokens:
                 return  # INV-2: full verification of everyone, prefilling ones included, must fit
             need = req.spec.prompt_tokens + req.emitted
-            if self.kv_used + need + (self.n + 1) * self.reserve > self.kv_capacity:
+            if need + self.reserve > self.kv_capacity:
+                raise ConfigError(
+                    f"request {req.spec.request_id} needs {need} KV tokens + {self.reserve} reserved, "
+                    f"more than cluster.kv_capacity_tokens={self.kv_capacity}: it could never run"
+                )
+            busy = self.n + len(self.prefilling) + 1
+            if self.kv_used + need + busy * self.reserve > self.kv_capacity:
                 return
             self.queue.popleft()
-            self.admit_counter += 1
-            req.admit_seq = self.admit_counter
+            if req.admit_seq == 0:
+                self.admit_counter += 1
+                req.admit_seq = self.admit_counter
             self.kv_used += need
             req.context = need
             if req.prefill_left > 0:
@@ -174,6 +186,7 @@ class Engine:
         st[TRACE_CUR, i] = req.trace_current
         st[ADMIT_SEQ, i] = req.admit_seq
         self.active[req.spec.request_id] = req
+        self._joined_at[req.spec.request_id] = req.last_emit_at
         self.n += 1
         self._continue_traces(np.array([i]))
 
@@ -181,6 +194,7 @@ class Engine:
         """Copy slot i's hot state back into its Request (on finish or preemption)."""
         st = self.state
         req = self.active.pop(int(st[RID, i]))
+        self._joined_at.pop(req.spec.request_id, None)
         req.row = int(st[ROW, i])
         req.row_end = int(st[ROW_END, i])
         req.emitted = int(st[EMITTED, i])
@@ -201,12 +215,17 @@ class Engine:
         st = self.state
         over = (st[ROW, idx] >= st[ROW_END, idx]) & (st[EMITTED, idx] < st[OUT_LEN, idx])
         for i in idx[over]:
-            dom, cur = int(st[DOM, i]), int(st[TRACE_CUR, i])
-            nxt = self.sampler.next_in_domain(self.rng, dom, cur)
-            st[TRACE_CUR, i] = nxt
-            st[ROW, i] = self.t_offsets[nxt]
-            st[ROW_END, i] = self.t_offsets[nxt + 1]
-            self.active[int(st[RID, i])].switches += 1
+            overshoot = int(st[ROW, i] - st[ROW_END, i])  # tokens emitted past the old end
+            while st[ROW, i] >= st[ROW_END, i]:
+                dom, cur = int(st[DOM, i]), int(st[TRACE_CUR, i])
+                nxt = self.sampler.next_in_domain(self.rng, dom, cur)
+                start, end = int(self.t_offsets[nxt]), int(self.t_offsets[nxt + 1])
+                st[TRACE_CUR, i] = nxt
+                # like a fresh request, replay from position 1, moved on by the overshoot
+                st[ROW, i] = min(start + 1 + overshoot, end)
+                st[ROW_END, i] = end
+                overshoot = 0
+                self.active[int(st[RID, i])].switches += 1
 
     def _preempt_if_needed(self) -> None:
         """Preempt the newest running requests (recompute) until the step's KV reservation fits."""
@@ -217,6 +236,7 @@ class Engine:
             keep[i] = False
             self._compact(keep)
             self.kv_used -= req.context
+            req.last_emit_at = self.env.now  # its last step ended now
             req.preemptions += 1
             req.prefill_left = req.spec.prompt_tokens + req.emitted
             self.queue.appendleft(req)
@@ -225,7 +245,7 @@ class Engine:
 
     def _plan_prefill(self, budget: int) -> list[tuple[Request, int]]:
         plan: list[tuple[Request, int]] = []
-        left = min(self.chunk_tokens, budget) if self.colocated else budget
+        left = min(self.chunk_tokens, budget)
         for req in self.prefilling:
             if left <= 0:
                 break
@@ -254,12 +274,14 @@ class Engine:
             plan = self._plan_prefill(self.max_batch_tokens - n * self.reserve) if self.prefilling else []
             prefill_tokens = sum(t for _, t in plan)
             fixed = n + prefill_tokens
-            decision_s = self.decision_const_s if self.sync_decision else 0.0
+            decision_s = 0.0
             batch: StepBatch | None = None
             if n > 0:
                 rows = st[ROW, :n]
                 context_mean = int(st[CONTEXT, :n].sum()) / n
                 if self.drafts:
+                    # sync pipeline: the GPU waits for the policy (no decision without a drafter)
+                    decision_s = self.decision_const_s if self.sync_decision else 0.0
                     draft_s = profile.draft_s_scalar(n)
                     batch = StepBatch(
                         request_ids=st[RID, :n].copy(),  # policies may keep it across steps
@@ -277,13 +299,14 @@ class Engine:
                         decision_s = time.perf_counter() - t0
                     if self.check:
                         self._check_lengths(lengths, n, fixed)
-                    accepted, emit = replay_step(
+                    drafted_ok, emit = replay_step(
                         lengths, self.t_acc.take(rows), st[OUT_LEN, :n] - st[EMITTED, :n]
                     )
+                    accepted = emit - 1  # drafts that count, after the output-length cut
                     verified = int(lengths.sum())
                 else:  # plain decoding: one token per request, the drafter never runs
                     draft_s = 0.0
-                    lengths = accepted = np.zeros(n, dtype=np.int64)
+                    lengths = accepted = drafted_ok = np.zeros(n, dtype=np.int64)
                     emit = np.ones(n, dtype=np.int64)
                     verified = 0
             else:
@@ -306,25 +329,31 @@ class Engine:
                 emitted_total = n + accepted_total
                 self.kv_used += emitted_total
                 if batch is not None:
-                    policy.observe(batch, lengths, accepted)
+                    policy.observe(batch, lengths, drafted_ok)
+                joined = self._joined_at
                 if in_window:
-                    stats.add_itl(step_s, n)
+                    # a request in the previous step waited exactly this step; one that joined
+                    # since waited from its last emission (prefill, transfer, queue, recompute)
+                    for last_at in joined.values():
+                        stats.add_itl(now - last_at, 1)
+                    stats.add_itl(step_s, n - len(joined))
                     stats.window_tokens += emitted_total
                     stats.window_request_steps += n
                     stats.window_verified += verified
                     stats.window_emitted_decode += emitted_total
-                    if verified:
-                        stats.add_joint(lengths * g1 + accepted)
+                    if verified:  # acceptance statistics ignore the output-length cut
+                        stats.add_joint(lengths * g1 + drafted_ok)
                     else:
                         stats.joint[0] += n
+                joined.clear()
                 done = st[EMITTED, :n] >= st[OUT_LEN, :n]
                 if done.any():
-                    for i in np.flatnonzero(done):
-                        req = self._park(int(i))
+                    finished = [self._park(int(i)) for i in np.flatnonzero(done)]
+                    self._compact(~done)  # before the callbacks: a closed-loop user resubmits
+                    for req in finished:  # at once, and routing must see this replica's load
                         self.kv_used -= req.context
-                        req.finish_at = now
+                        req.finish_at = req.last_emit_at = now
                         self.finish(req)
-                    self._compact(~done)
                 past = st[ROW, : self.n] >= st[ROW_END, : self.n]
                 if past.any():
                     self._continue_traces(np.flatnonzero(past))
@@ -361,7 +390,7 @@ class Engine:
             req.emitted = 1
             req.context += 1
             self.kv_used += 1
-            req.first_token_at = now
+            req.first_token_at = req.last_emit_at = now
             if in_window:
                 self.stats.window_tokens += 1
         if req.emitted >= req.spec.output_tokens:

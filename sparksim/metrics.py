@@ -68,6 +68,9 @@ def summarize(
     multi = steady[steady["output_tokens"] > 1]
     tpot = ((multi["finish_at"] - multi["first_token_at"]) / (multi["output_tokens"] - 1)).to_numpy() * 1e3
     gpus = scenario.cluster.replicas * scenario.cluster.gpus_per_replica
+    pf = scenario.cluster.prefill
+    gpus_total = gpus + (pf.instances * scenario.cluster.gpus_per_replica
+                         if pf.mode == "disaggregated" else 0)
     out_tput = stats.window_tokens / window_s
     finished_in_window = requests[(requests["finish_at"] >= w0) & (requests["finish_at"] <= w1)]
     summary: dict[str, Any] = {
@@ -79,9 +82,14 @@ def summarize(
         "num_gpus": gpus,
         "completed": len(finished_in_window),
         "steady_requests": len(steady),
+        # arrived in the window but unfinished at the horizon: latency figures leave them out,
+        # so a large share means the system is saturated and the latencies are optimistic
+        "steady_unfinished": max(census.get("arrived_in_window", len(steady)) - len(steady), 0),
         "request_throughput": len(finished_in_window) / window_s,
         "output_throughput": out_tput,
         "tput_per_gpu": out_tput / gpus,
+        "num_gpus_with_prefill": gpus_total,
+        "tput_per_gpu_with_prefill": out_tput / gpus_total,
     }
     summary.update(_dist("ttft", ttft))
     summary.update(_dist("tpot", tpot))

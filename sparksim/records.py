@@ -145,7 +145,9 @@ class StreamStats:
         return self.window_start <= at <= self.window_end
 
     def add_itl(self, gap_s: float, count: int) -> None:
-        """Record `count` inter-token gaps of `gap_s` seconds."""
+        """Record `count` inter-token gaps of `gap_s` seconds (a NaN gap, of unknown start, is skipped)."""
+        if count <= 0 or gap_s != gap_s:
+            return
         b = self._bins.get(gap_s)
         if b is None:  # step times repeat (a profile is a table), so bins are memoised
             b = self._bins[gap_s] = itl_bin(gap_s)

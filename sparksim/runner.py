@@ -29,6 +29,7 @@ from sparksim.metrics import summarize
 from sparksim.policies import make_policy, resolve
 from sparksim.profile import Profile, ProfileWarning, load_profile
 from sparksim.traces.format import TraceSet, load_traceset
+from sparksim.workload import load_arrivals
 
 
 @dataclass
@@ -101,7 +102,10 @@ def load_inputs(
         warnings.warn(msg, ProfileWarning, stacklevel=2)
     if cl.kv_capacity_tokens is not None:
         wl = scenario.workload
-        if wl.lengths.source == "traces":
+        if wl.kind == "replay" and wl.arrivals_csv:
+            arrivals = load_arrivals(resolve_path(wl.arrivals_csv, base), sorted(traces.domains))
+            longest = int((arrivals["prompt_tokens"] + arrivals["output_tokens"]).max())
+        elif wl.lengths.source == "traces":
             longest = int((traces.requests["prompt_tokens"] + traces.requests["output_tokens"]).max())
         else:
             longest = wl.lengths.prompt.max + wl.lengths.output.max
@@ -134,6 +138,7 @@ def simulate(
     requests = cluster.request_records.to_frame()
     steps = cluster.step_records.to_frame() if cluster.step_records is not None else None
     census = cluster.census()
+    census["arrived_in_window"] = cluster.arrived_in_window
     policy = cluster.policies[0]
     num_steps = sum(e.step_index for e in cluster.engines)
     violations = check_run(

@@ -1,7 +1,8 @@
 """Sweeps: one scenario run over a grid of overrides × policies, in parallel, summarised in one table.
 
-Each grid point is an independent simulation (its own seed stream), so a sweep is
-embarrassingly parallel: local worker processes by default, or Ray tasks when a Ray
+Each grid point is an independent simulation at the scenario's seed (so policies at one
+point see the same users and requests: paired comparisons), so a sweep is embarrassingly
+parallel: local worker processes by default, or Ray tasks when a Ray
 cluster is available (`backend="ray"`), with the same function on both.
 Pareto analysis lives here too: frontiers of throughput per GPU against tokens per second
 per user, and matched-throughput speedups between policies.
@@ -82,8 +83,7 @@ def run_point(scenario_path: str | None, base_sets: Sequence[str], point: SweepP
         row[key] = yaml.safe_load(val)
     for m in ROW_METRICS:
         row[m] = s.get(m)
-    row["wall_s"] = res.wall_s
-    return row
+    return row  # no wall-clock figures: the table is reproducible byte for byte
 
 
 def run_sweep(

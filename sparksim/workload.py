@@ -64,7 +64,11 @@ class DomainSampler:
         """Return another trace request of `dom` than `current` (a continuation, never a loop)."""
         pool = self.by_domain[dom]
         if pool.size < 2:
-            return int(pool[0])
+            raise ConfigError(
+                f"domain {self.domains[dom]!r} has a single trace request, so an output longer than "
+                "it cannot continue on another one (a request is never looped); add trace requests "
+                "or use workload.lengths.source=traces"
+            )
         pick = int(pool[rng.integers(pool.size - 1)])
         return pick if pick != current else int(pool[-1])
 

@@ -35,12 +35,31 @@ def test_unknown_key_suggests_the_nearest_valid_key() -> None:
         ("cluster.max_concurrency=0", "cluster.max_concurrency=0"),
         ("workload.mix.math=-1", "workload.mix.math=-1"),
         ("run.duration_s=0", "run.duration_s=0"),
+        ("cluster.decision_s=0.001", "pipeline=zos"),
+        ("workload.lengths.output.min=9000", "min=9000"),
     ],
 )
 def test_bad_values_name_the_key_and_value(override: str, needle: str) -> None:
     with pytest.raises(ConfigError) as err:
         parse_scenario(apply_overrides({}, [override]))
     assert needle in str(err.value)
+
+
+def test_cv_and_burstiness_together_are_an_error() -> None:
+    with pytest.raises(ConfigError, match="not both"):
+        parse_scenario(apply_overrides({}, ["workload.kind=gamma", "workload.cv=2", "workload.burstiness=0.5"]))
+
+
+def test_replayed_request_larger_than_the_kv_cache_is_an_error(
+    flat_profile: Path, traces_07: Path, tmp_path: Path
+) -> None:
+    csv = tmp_path / "arrivals.csv"
+    csv.write_text("arrival_s,prompt_tokens,output_tokens\n0.1,100,50\n0.2,30000,50\n")
+    sc, base = load_scenario(None, [f"profile={flat_profile}", f"traces={traces_07}", "workload.kind=replay",
+                                    f"workload.arrivals_csv={csv}", "cluster.kv_capacity_tokens=20000"],
+                             "static")
+    with pytest.raises(ConfigError, match="kv_capacity_tokens=20000"):
+        load_inputs(sc, base)
 
 
 def test_gamma_beyond_the_trace_block_is_an_error(flat_profile: Path, traces_07: Path) -> None:

@@ -84,6 +84,15 @@ def run(
             )
     for w in caught:
         err_console.print(f"[yellow]warning:[/] {w.message}", highlight=False)
+    s = result.summary
+    arrived = s["steady_requests"] + s["steady_unfinished"]
+    if arrived and s["steady_unfinished"] > 0.05 * arrived:
+        err_console.print(
+            f"[yellow]warning:[/] {s['steady_unfinished']} of {arrived} requests that arrived in the "
+            "steady window were unfinished at the horizon: the system is saturated and the latency "
+            "figures (finished requests only) are optimistic",
+            highlight=False,
+        )
     violations = list(result.violations)
     if check:
         violations += check_determinism(sc, base, result, strict)
