@@ -1,0 +1,269 @@
+"""The DSpark drafter: a parallel backbone with target-KV injection, a Markov head and a confidence head.
+
+Reads bottom-up (config → blocks → heads → model → loss → sampling). Shapes: B sequences,
+S sequence tokens, A anchors per sequence, γ block size, d width, m injected target layers,
+r Markov rank, V vocabulary.
+
+A block starts at an anchor position a (the last token the target has emitted, whose hidden state
+the target has not yet computed): its γ inputs are [x_a, MASK × (γ−1)] at positions a..a+γ−1, and
+its γ outputs predict x_{a+1..a+γ}. Every drafter layer's keys/values are the projected target
+hidden states of positions < a (KV injection) followed by the block's own; attention inside the
+block is bidirectional. With `markov_rank = 0` and no confidence head this is the DFlash baseline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from sparksim.drafter.config import DrafterConfig
+from sparksim.drafter.target import RMSNorm, SwiGLU, apply_rope, rope_tables, sample_logits
+
+# --------------------------------------------------------------------------- blocks
+
+
+class InjectedAttention(nn.Module):
+    """Attention whose keys/values are [W_K H_ctx ; W_K H_block] with shared projections and k-norm."""
+
+    def __init__(self, cfg: DrafterConfig) -> None:
+        super().__init__()
+        self.n_heads, self.head_dim = cfg.n_heads, cfg.d_model // cfg.n_heads
+        self.q = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+        self.kv = nn.Linear(cfg.d_model, 2 * cfg.d_model, bias=False)
+        self.out = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+        self.q_norm, self.k_norm = RMSNorm(self.head_dim), RMSNorm(self.head_dim)
+
+    def _heads(self, x: Tensor) -> Tensor:
+        B, T, _ = x.shape
+        return x.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, Dh)
+
+    def forward(self, x: Tensor, ctx: Tensor, q_pos: Tensor, ctx_pos: Tensor,
+                mask: Tensor, rope: tuple[Tensor, Tensor]) -> Tensor:
+        # x (B, Q, d) block tokens; ctx (B, S, d) projected target states; mask (B, 1, Q, S+Q)
+        q = apply_rope(self.q_norm(self._heads(self.q(x))), *rope, q_pos)  # (B, H, Q, Dh)
+        k_c, v_c = self.kv(ctx).chunk(2, dim=-1)  # 2 × (B, S, d)
+        k_b, v_b = self.kv(x).chunk(2, dim=-1)  # 2 × (B, Q, d)
+        k = torch.cat([apply_rope(self.k_norm(self._heads(k_c)), *rope, ctx_pos),
+                       apply_rope(self.k_norm(self._heads(k_b)), *rope, q_pos)], dim=2)  # (B, H, S+Q, Dh)
+        v = torch.cat([self._heads(v_c), self._heads(v_b)], dim=2)  # (B, H, S+Q, Dh)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, H, Q, Dh)
+        return self.out(y.transpose(1, 2).reshape(x.shape))  # (B, Q, d)
+
+
+class DrafterLayer(nn.Module):
+    """Pre-norm layer over the block with injected context keys/values."""
+
+    def __init__(self, cfg: DrafterConfig) -> None:
+        super().__init__()
+        self.attn_norm, self.mlp_norm = RMSNorm(cfg.d_model), RMSNorm(cfg.d_model)
+        self.attn = InjectedAttention(cfg)
+        self.mlp = SwiGLU(cfg.d_model, cfg.d_ff)
+
+    def forward(self, x: Tensor, ctx: Tensor, q_pos: Tensor, ctx_pos: Tensor,
+                mask: Tensor, rope: tuple[Tensor, Tensor]) -> Tensor:
+        x = x + self.attn(self.attn_norm(x), ctx, q_pos, ctx_pos, mask, rope)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+# --------------------------------------------------------------------------- heads
+
+
+class MarkovHead(nn.Module):
+    """Low-rank bigram bias B(x_{k−1}, ·) = W1[x_{k−1}] · W2 added to the backbone's logits."""
+
+    def __init__(self, vocab_size: int, rank: int) -> None:
+        super().__init__()
+        self.w1 = nn.Embedding(vocab_size, rank)
+        self.w2 = nn.Linear(rank, vocab_size, bias=False)
+        nn.init.normal_(self.w1.weight, std=0.02)
+        nn.init.zeros_(self.w2.weight)  # starts as no bias: the backbone alone
+
+    def forward(self, prev: Tensor) -> tuple[Tensor, Tensor]:
+        """Return (bias (…, V), embedding W1[prev] (…, r)) for previous tokens `prev` (…)."""
+        e = self.w1(prev)
+        return self.w2(e), e
+
+
+class ConfidenceHead(nn.Module):
+    """c_k = σ(wᵀ[h_k ; W1[x_{k−1}]] + b): the conditional acceptance of draft k; returns the logit."""
+
+    def __init__(self, d_model: int, rank: int) -> None:
+        super().__init__()
+        self.proj = nn.Linear(d_model + rank, 1)
+
+    def forward(self, h: Tensor, markov_emb: Tensor | None) -> Tensor:
+        z = h if markov_emb is None else torch.cat([h, markov_emb], dim=-1)  # (…, d + r)
+        return self.proj(z).squeeze(-1)  # (…,)
+
+
+# --------------------------------------------------------------------------- model
+
+
+@dataclass
+class BlockOutput:
+    """The backbone's output for A blocks per sequence."""
+
+    logits: Tensor  # (B, A, γ, V) backbone logits U_k, before the Markov bias
+    hidden: Tensor  # (B, A, γ, d) final-normed backbone states h_k
+
+
+def block_mask(anchors: Tensor, seq_len: int, gamma: int) -> Tensor:
+    """Return the attention mask (B, 1, A·γ, S + A·γ): context keys < anchor, plus the own block."""
+    B, A = anchors.shape
+    ctx_ok = torch.arange(seq_len, device=anchors.device) < anchors[..., None]  # (B, A, S)
+    ctx_ok = ctx_ok.repeat_interleave(gamma, dim=1)  # (B, A·γ, S)
+    blk = torch.arange(A * gamma, device=anchors.device) // gamma
+    own = (blk[:, None] == blk[None, :]).expand(B, -1, -1)  # (B, A·γ, A·γ)
+    return torch.cat([ctx_ok, own], dim=-1).unsqueeze(1)
+
+
+class Drafter(nn.Module):
+    """DSpark drafter; the target's embedding and LM head are shared and frozen (not saved)."""
+
+    def __init__(self, cfg: DrafterConfig, embed: nn.Embedding, lm_head: nn.Linear,
+                 max_seq_len: int = 2048) -> None:
+        super().__init__()
+        self.cfg = cfg
+        m = len(cfg.target_layer_ids)
+        self.fc = nn.Linear(m * cfg.d_model, cfg.d_model, bias=False)  # W_c: m·d → d
+        self.hidden_norm = RMSNorm(cfg.d_model)
+        self.layers = nn.ModuleList(DrafterLayer(cfg) for _ in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.d_model)
+        self.markov = MarkovHead(cfg.vocab_size, cfg.markov_rank) if cfg.markov_rank > 0 else None
+        self.conf = ConfidenceHead(cfg.d_model, cfg.markov_rank) if cfg.confidence_head else None
+        for mod in (self.fc, *self.layers):
+            for p in mod.parameters():
+                if p.dim() == 2:
+                    nn.init.normal_(p, std=0.02)
+        # Shared and frozen: kept out of parameters() so optimisers and checkpoints skip them.
+        self._shared = (embed.requires_grad_(False), lm_head.requires_grad_(False))
+        cos, sin = rope_tables(max_seq_len + cfg.gamma, cfg.d_model // cfg.n_heads, 10000.0)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+
+    def target_features(self, target_hidden: list[Tensor]) -> Tensor:
+        """Return [H^{l1};…;H^{lm}] (B, S, m·d): decoder-layer outputs of the injected layers."""
+        return torch.cat([target_hidden[i + 1] for i in self.cfg.target_layer_ids], dim=-1)
+
+    def context(self, feats: Tensor) -> Tensor:
+        """Return H_ctx = RMSNorm(W_c feats) (B, S, d)."""
+        return self.hidden_norm(self.fc(feats.to(self.fc.weight.dtype)))
+
+    def backbone(self, ctx: Tensor, ids: Tensor, anchors: Tensor) -> BlockOutput:
+        """Run the parallel backbone for the blocks anchored at `anchors` (B, A) of `ids` (B, S)."""
+        embed, lm_head = self._shared
+        B, S = ids.shape
+        A, g = anchors.shape[1], self.cfg.gamma
+        block_ids = torch.full((B, A, g), self.cfg.mask_token_id, dtype=torch.long, device=ids.device)
+        block_ids[:, :, 0] = ids.gather(1, anchors)  # anchor token first, γ−1 masks after
+        x = embed(block_ids).reshape(B, A * g, -1)  # (B, A·γ, d)
+        q_pos = (anchors[..., None] + torch.arange(g, device=ids.device)).reshape(B, A * g)  # (B, A·γ)
+        ctx_pos = torch.arange(S, device=ids.device).expand(B, S)  # (B, S)
+        mask = block_mask(anchors, S, g)  # (B, 1, A·γ, S + A·γ)
+        rope = (self.rope_cos, self.rope_sin)
+        for layer in self.layers:
+            x = layer(x, ctx, q_pos, ctx_pos, mask, rope)
+        h = self.norm(x).reshape(B, A, g, -1)  # (B, A, γ, d)
+        return BlockOutput(lm_head(h), h)  # logits (B, A, γ, V)
+
+    def heads(self, out: BlockOutput, prev: Tensor) -> tuple[Tensor, Tensor | None]:
+        """Return draft logits (B, A, γ, V) with the Markov bias and confidence logits (B, A, γ) or None.
+
+        `prev` (B, A, γ) holds each position's previous token: [anchor, x_1 … x_{γ−1}].
+        """
+        logits, emb = out.logits, None
+        if self.markov is not None:
+            bias, emb = self.markov(prev)  # (B, A, γ, V), (B, A, γ, r)
+            logits = logits + bias
+        conf = self.conf(out.hidden, emb) if self.conf is not None else None
+        return logits, conf
+
+    def trainable_state(self) -> dict[str, Tensor]:
+        """Return the state dict without the shared target embedding and LM head."""
+        return {k: v for k, v in self.state_dict().items() if not k.startswith("_shared")}
+
+
+# --------------------------------------------------------------------------- loss
+
+
+@dataclass
+class LossParts:
+    """The loss and its monitored parts (floats for logging)."""
+
+    loss: Tensor
+    ce: float
+    l1: float
+    bce: float
+    accept: list[float]  # mean label 1 − TV per position
+
+
+def position_weights(gamma: int, decay: float, device: torch.device | None = None) -> Tensor:
+    """Return w_k = exp(−(k−1)/decay) for k = 1..γ."""
+    return torch.exp(-torch.arange(gamma, dtype=torch.float32, device=device) / decay)
+
+
+def drafter_loss(cfg: DrafterConfig, logits: Tensor, conf_logits: Tensor | None, target_logits: Tensor,
+                 labels: Tensor, valid: Tensor) -> LossParts:
+    """Return α_ce·CE + α_l1·‖p_d − p_t‖₁ + α_conf·BCE(c, 1 − TV), position-weighted.
+
+    logits/target_logits (B, A, γ, V); labels (B, A, γ) the target's tokens; valid (B, A, γ) bool.
+    """
+    w = position_weights(cfg.gamma, cfg.loss_decay, logits.device) * valid  # (B, A, γ)
+    wsum = w.sum().clamp(min=1e-6)
+    logp_d = F.log_softmax(logits.float(), dim=-1)
+    p_d, p_t = logp_d.exp(), F.softmax(target_logits.float(), dim=-1)  # (B, A, γ, V)
+    ce = -logp_d.gather(-1, labels.clamp(min=0)[..., None]).squeeze(-1)  # (B, A, γ)
+    l1 = (p_d - p_t).abs().sum(-1)  # (B, A, γ)
+    accept = (1 - 0.5 * l1).clamp(0, 1).detach()  # soft label c* = 1 − TV
+    loss = cfg.ce_alpha * (ce * w).sum() / wsum + cfg.l1_alpha * (l1 * w).sum() / wsum
+    bce_v = 0.0
+    if conf_logits is not None:
+        bce = F.binary_cross_entropy_with_logits(conf_logits.float(), accept, reduction="none")
+        loss = loss + cfg.conf_alpha * (bce * w).sum() / wsum
+        bce_v = float((bce.detach() * w).sum() / wsum)
+    per_pos = (accept * valid).sum((0, 1)) / valid.sum((0, 1)).clamp(min=1)
+    return LossParts(loss, float((ce.detach() * w).sum() / wsum), float((l1.detach() * w).sum() / wsum), bce_v,
+                     per_pos.tolist())
+
+
+# --------------------------------------------------------------------------- sampling
+
+
+@dataclass
+class Draft:
+    """A sampled block per anchor."""
+
+    tokens: Tensor  # (B, A, γ) sampled draft tokens
+    probs: Tensor  # (B, A, γ, V) draft distributions the tokens were sampled from
+    conf_logits: Tensor  # (B, A, γ) raw confidence logits (DFlash: logit of the top draft probability)
+
+
+def draft(model: Drafter, out: BlockOutput, anchor_ids: Tensor, temperature: float,
+          gen: torch.Generator | None) -> Draft:
+    """Sample each block left to right through the Markov head (independently without one)."""
+    B, A, g, _ = out.logits.shape
+    tokens = torch.empty(B, A, g, dtype=torch.long, device=out.logits.device)
+    prev = anchor_ids  # (B, A)
+    logits_all = out.logits.float().clone()  # (B, A, γ, V)
+    for k in range(g):
+        if model.markov is not None:
+            logits_all[:, :, k] += model.markov(prev)[0].float()
+        tokens[:, :, k] = sample_logits(logits_all[:, :, k], temperature, gen)
+        prev = tokens[:, :, k]
+    probs = to_probs(logits_all, temperature)
+    prev_all = torch.cat([anchor_ids[..., None], tokens[:, :, :-1]], dim=-1)  # (B, A, γ)
+    _, conf = model.heads(out, prev_all)
+    if conf is None:  # DFlash has no head: use the top draft probability, as vllm-ascend does
+        top = probs.max(-1).values.clamp(1e-6, 1 - 1e-6)
+        conf = torch.log(top) - torch.log1p(-top)
+    return Draft(tokens, probs, conf.float())
+
+
+def to_probs(logits: Tensor, temperature: float) -> Tensor:
+    """Return softmax(logits / T) (…, V); T = 0 gives the one-hot argmax."""
+    if temperature == 0:
+        return F.one_hot(logits.argmax(-1), logits.shape[-1]).float()
+    return F.softmax(logits.float() / temperature, dim=-1)

@@ -1,0 +1,46 @@
+"""The Markov head makes position k depend on the sampled x_{k−1}; confidences are probabilities."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from sparksim.drafter.model import draft  # noqa: E402
+
+from ._drafter_fixtures import tiny_drafter, tiny_target  # noqa: E402
+
+
+def _block(seed: int = 0):  # type: ignore[no-untyped-def]
+    target = tiny_target(seed)
+    drafter = tiny_drafter(target)
+    torch.nn.init.normal_(drafter.markov.w2.weight, std=0.5)  # type: ignore[union-attr]
+    ids = torch.randint(0, 256, (1, 12))
+    _, hidden = target.forward_masked(ids, torch.arange(12)[None], None)
+    out = drafter.backbone(drafter.context(drafter.target_features(hidden)), ids, torch.tensor([[6]]))
+    return drafter, out, ids
+
+
+def test_position_k_logits_change_with_the_previous_token_only_through_the_markov_head() -> None:
+    """Suffix decay is what the Markov head fixes: position k must see x_{k−1}, and the backbone must not."""
+    drafter, out, _ = _block()
+    prev_a = torch.tensor([[[10, 20, 30, 40]]])
+    prev_b = prev_a.clone()
+    prev_b[0, 0, 2] = 99  # change x_{k−1} for k = 3 only
+    la, _ = drafter.heads(out, prev_a)
+    lb, _ = drafter.heads(out, prev_b)
+    assert not torch.allclose(la[0, 0, 2], lb[0, 0, 2])
+    assert torch.allclose(la[0, 0, [0, 1, 3]], lb[0, 0, [0, 1, 3]])
+    dflash = tiny_drafter(tiny_target(), markov_rank=0, confidence_head=False)
+    ld, conf = dflash.heads(out, prev_a)
+    assert conf is None and torch.equal(ld, out.logits)
+
+
+def test_confidences_lie_strictly_between_zero_and_one() -> None:
+    """Survival products need conditional probabilities, never exactly 0 or 1 from the head."""
+    drafter, out, ids = _block()
+    d = draft(drafter, out, ids[:, [6]], 1.0, torch.Generator().manual_seed(0))
+    c = torch.sigmoid(d.conf_logits)
+    assert ((c > 0) & (c < 1)).all()
+    assert d.tokens.shape == (1, 1, 4)
+    assert torch.allclose(d.probs.sum(-1), torch.ones(1, 1, 4))
