@@ -72,6 +72,22 @@ def _load_checkpoint(run_dir: Path, module: nn.Module, opt: torch.optim.Optimize
     return load_json(ck / "state.json")
 
 
+def _resume(run_dir: Path, module: nn.Module, opt: torch.optim.Optimizer, cfg: TrainConfig,
+            what: str, log: Callable[[str], None], *, strict: bool = True
+            ) -> tuple[int, float, random.Random, float]:
+    """Load the latest checkpoint if any; return (step, elapsed_s, data rng, clock start).
+
+    The data generator is seeded by (seed, step) so a resumed run draws fresh batches, and
+    the clock start is moved back by the time already spent, so the wall-clock cap holds.
+    """
+    state = _load_checkpoint(run_dir, module, opt, strict=strict)
+    step = int(state["step"]) if state else 0
+    elapsed_s = float(state["elapsed_s"]) if state else 0.0
+    if state:
+        log(f"resuming {what} training at step {step}")
+    return step, elapsed_s, random.Random(f"{cfg.seed}-{step}"), time.monotonic() - elapsed_s
+
+
 def _append_log(run_dir: Path, rec: dict[str, Any]) -> None:
     with (run_dir / "log.jsonl").open("a") as fh:
         fh.write(json.dumps(rec) + "\n")
@@ -102,13 +118,7 @@ def train_target(run_dir: Path, corpus: Path, model_cfg: TargetConfig, cfg: Trai
     domains = sorted(streams)
     model = TinyLM(model_cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
-    state = _load_checkpoint(run_dir, model, opt, strict=False)
-    step = int(state["step"]) if state else 0
-    elapsed_s = float(state["elapsed_s"]) if state else 0.0
-    if state:
-        log(f"resuming target training at step {step}")
-    rng = random.Random(f"{cfg.seed}-{step}")
-    start = time.monotonic() - elapsed_s
+    step, elapsed_s, rng, start = _resume(run_dir, model, opt, cfg, "target", log, strict=False)
     model.train()
     while step < cfg.steps:
         rows = []
@@ -333,13 +343,7 @@ def train_drafter(run_dir: Path, target_dir: Path, prompts: Path, dcfg: DrafterC
     feats = target_features(target, model, seqs, tok.pad_id)
     log(f"cached target features for {len(feats)} sequences ({time.monotonic() - t0:.0f}s)")
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
-    state = _load_checkpoint(run_dir, model, opt)
-    step = int(state["step"]) if state else 0
-    elapsed_s = float(state["elapsed_s"]) if state else 0.0
-    if state:
-        log(f"resuming drafter training at step {step}")
-    rng = random.Random(f"{cfg.seed}-{step}")
-    start = time.monotonic() - elapsed_s
+    step, elapsed_s, rng, start = _resume(run_dir, model, opt, cfg, "drafter", log)
     model.train()
     while step < cfg.steps:
         batch = drafter_batch(rng.sample(feats, min(cfg.batch_size, len(feats))), cfg.anchors_per_seq,
