@@ -9,6 +9,7 @@ chunked into the replica's steps.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Generator
 from pathlib import Path
@@ -77,7 +78,7 @@ class Cluster:
             )
             for i in range(scenario.cluster.replicas)
         ]
-        self.prefill_pool = simpy.Resource(self.env, capacity=scenario.cluster.prefill.instances)
+        self._prefill_free_at = [0.0] * scenario.cluster.prefill.instances  # heap, per instance
         self.next_id = 0
         self.rr_next = 0
         self.arrived = 0
@@ -127,7 +128,7 @@ class Cluster:
             self.arrived_in_window += 1
         if self.scenario.cluster.prefill.mode == "disaggregated":
             self.prefilling += 1
-            self.env.process(self._disaggregated_prefill(req))
+            self._disaggregated_prefill(req)
         else:
             req.prefill_left = req.spec.prompt_tokens
             self.route(req).enqueue(req)
@@ -139,24 +140,44 @@ class Cluster:
             return eng
         return min(self.engines, key=lambda e: (e.outstanding, e.replica))
 
-    def _disaggregated_prefill(self, req: Request) -> Generator[simpy.Event, Any, None]:
-        pf = self.scenario.cluster.prefill
-        with self.prefill_pool.request() as slot:
-            yield slot
-            yield self.env.timeout(self.prefill_profile.verify_s_scalar(req.spec.prompt_tokens, 0.0))
+    def _disaggregated_prefill(self, req: Request) -> None:
+        """Queue a prompt on the prefill pool: FIFO over `instances` servers.
+
+        Service times are known on arrival (the prefill profile) and arrivals come in time
+        order, so FIFO assignment to the earliest-free instance is the exact M/G/c queue
+        without one SimPy process per request: one timed callback fires at the first token.
+        """
+        now = self.env.now
+        free_at = heapq.heappop(self._prefill_free_at)
+        start = max(now, free_at)
+        done_at = start + self.prefill_profile.verify_s_scalar(req.spec.prompt_tokens, 0.0)
+        heapq.heappush(self._prefill_free_at, done_at)
+        ev = self.env.timeout(done_at - now)
+        ev.callbacks.append(lambda _ev: self._first_token(req))
+
+    def _first_token(self, req: Request) -> None:
+        """The prefill emitted the first token; its KV cache now travels to a decode replica."""
+        now = self.env.now
         req.emitted = 1
-        req.first_token_at = req.last_emit_at = self.env.now
-        if self.stats.in_window(self.env.now):
+        req.first_token_at = req.last_emit_at = now
+        if self.stats.in_window(now):
             self.stats.window_tokens += 1
+        if req.spec.output_tokens <= 1:
+            self.prefilling -= 1
+            req.finish_at = now
+            self._finished(req)
+            return
+        pf = self.scenario.cluster.prefill
         transfer = pf.kv_transfer_s
         if pf.kv_transfer_tokens_per_s:
             transfer += req.spec.prompt_tokens / pf.kv_transfer_tokens_per_s
-        if req.spec.output_tokens <= 1:
-            self.prefilling -= 1
-            req.finish_at = self.env.now
-            self._finished(req)
-            return
-        yield self.env.timeout(transfer)
+        if transfer > 0:
+            ev = self.env.timeout(transfer)
+            ev.callbacks.append(lambda _ev: self._transferred(req))
+        else:
+            self._transferred(req)
+
+    def _transferred(self, req: Request) -> None:
         self.prefilling -= 1
         self.route(req).enqueue(req)
 

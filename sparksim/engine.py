@@ -172,37 +172,26 @@ class Engine:
     def _join(self, req: Request) -> None:
         """Move a request whose KV is complete into the running batch."""
         i = self.n
-        st = self.state
-        st[ROW, i] = req.row
-        st[EMITTED, i] = req.emitted
-        st[CONTEXT, i] = req.context
-        st[STEPS, i] = req.decode_steps
-        st[VERIFIED, i] = req.verified
-        st[ACCEPTED, i] = req.accepted
-        st[RID, i] = req.spec.request_id
-        st[ROW_END, i] = req.row_end
-        st[OUT_LEN, i] = req.spec.output_tokens
-        st[DOM, i] = req.spec.domain
-        st[TRACE_CUR, i] = req.trace_current
-        st[ADMIT_SEQ, i] = req.admit_seq
-        self.active[req.spec.request_id] = req
-        self._joined_at[req.spec.request_id] = req.last_emit_at
+        rid = req.spec.request_id
+        # one column write, fields in the order ROW .. ADMIT_SEQ
+        self.state[:, i] = (
+            req.row, req.emitted, req.context, req.decode_steps, req.verified, req.accepted, rid,
+            req.row_end, req.spec.output_tokens, req.spec.domain, req.trace_current, req.admit_seq,
+        )
+        self.active[rid] = req
+        self._joined_at[rid] = req.last_emit_at
         self.n += 1
-        self._continue_traces(np.array([i]))
+        if req.row >= req.row_end and req.emitted < req.spec.output_tokens:
+            self._continue_traces(np.array([i]))
 
     def _park(self, i: int) -> Request:
         """Copy slot i's hot state back into its Request (on finish or preemption)."""
-        st = self.state
-        req = self.active.pop(int(st[RID, i]))
-        self._joined_at.pop(req.spec.request_id, None)
-        req.row = int(st[ROW, i])
-        req.row_end = int(st[ROW_END, i])
-        req.emitted = int(st[EMITTED, i])
-        req.context = int(st[CONTEXT, i])
-        req.decode_steps = int(st[STEPS, i])
-        req.verified = int(st[VERIFIED, i])
-        req.accepted = int(st[ACCEPTED, i])
-        req.trace_current = int(st[TRACE_CUR, i])
+        (row, emitted, context, steps, verified, accepted, rid, row_end, _out, _dom, trace_cur,
+         _seq) = self.state[:, i].tolist()
+        req = self.active.pop(rid)
+        self._joined_at.pop(rid, None)
+        req.row, req.row_end, req.emitted, req.context = row, row_end, emitted, context
+        req.decode_steps, req.verified, req.accepted, req.trace_current = steps, verified, accepted, trace_cur
         return req
 
     def _compact(self, keep: NDArray[np.bool_]) -> None:
