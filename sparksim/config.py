@@ -10,6 +10,7 @@ nearest valid key suggested. Policy parameters sit beside the policy's name
 from __future__ import annotations
 
 import difflib
+import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -287,6 +288,20 @@ def read_yaml_mapping(path: Path | str, what: str = "scenario") -> dict[str, Any
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a {what} file must hold a YAML mapping")
+    return data
+
+
+def read_json_object(path: Path | str) -> dict[str, Any]:
+    """Read a JSON file that must hold an object; raise ConfigError naming the file otherwise."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: file is missing")
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a JSON object")
     return data
 
 

@@ -132,13 +132,9 @@ def load_model_spec(name_or_path: str) -> ModelSpec:
     if path.is_dir():
         path = path / "config.json"
     if path.suffix == ".json" and path.is_file():
-        try:
-            config = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{path}: not valid JSON ({exc})") from None
-        if not isinstance(config, dict):
-            raise ConfigError(f"{path}: must hold a JSON object")
-        return ModelSpec.from_hf_config(config, name=path.parent.name or path.stem)
+        from sparksim.config import read_json_object
+
+        return ModelSpec.from_hf_config(read_json_object(path), name=path.parent.name or path.stem)
     raise ConfigError(
         f"unknown model {name_or_path!r}; presets: {', '.join(PRESETS)}, or a path to config.json"
     )

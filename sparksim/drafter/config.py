@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
+from sparksim.config import read_json_object
 from sparksim.errors import ConfigError
 
 C = TypeVar("C")
@@ -96,12 +97,4 @@ def save_json(obj: Any, path: Path) -> None:
 
 def load_json(path: Path) -> dict[str, Any]:
     """Read a JSON object from `path`, raising ConfigError naming the file if it is missing or bad."""
-    if not path.is_file():
-        raise ConfigError(f"{path}: file is missing")
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path}: not valid JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a JSON object")
-    return data
+    return read_json_object(path)
