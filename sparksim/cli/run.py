@@ -89,8 +89,9 @@ def run(
     if arrived and s["steady_unfinished"] > 0.05 * arrived:
         err_console.print(
             f"[yellow]warning:[/] {s['steady_unfinished']} of {arrived} requests that arrived in the "
-            "steady window were unfinished at the horizon: the system is saturated and the latency "
-            "figures (finished requests only) are optimistic",
+            "steady window were unfinished at the horizon (long requests, or an overloaded system); "
+            "latency figures cover finished requests only and are optimistic: lengthen "
+            "run.cooldown_s or run.duration_s, or lower the load",
             highlight=False,
         )
     violations = list(result.violations)
