@@ -120,6 +120,7 @@ class Engine:
         self.queue: deque[Request] = deque()
         self.prefilling: deque[Request] = deque()
         self.kv_used = 0
+        self.ctx_sum = 0  # Σ context over the running batch (its mean prices attention)
         self.step_index = 0
         self.admit_counter = 0
         # ITL: requests that joined since the last step, with when they last emitted; their
@@ -179,6 +180,7 @@ class Engine:
             req.row_end, req.spec.output_tokens, req.spec.domain, req.trace_current, req.admit_seq,
         )
         self.active[rid] = req
+        self.ctx_sum += req.context
         self._joined_at[rid] = req.last_emit_at
         self.n += 1
         if req.row >= req.row_end and req.emitted < req.spec.output_tokens:
@@ -189,6 +191,7 @@ class Engine:
         (row, emitted, context, steps, verified, accepted, rid, row_end, _out, _dom, trace_cur,
          _seq) = self.state[:, i].tolist()
         req = self.active.pop(rid)
+        self.ctx_sum -= context
         self._joined_at.pop(rid, None)
         req.row, req.row_end, req.emitted, req.context = row, row_end, emitted, context
         req.decode_steps, req.verified, req.accepted, req.trace_current = steps, verified, accepted, trace_cur
@@ -250,9 +253,13 @@ class Engine:
         stats = self.stats
         policy = self.policy
         g1 = self.gamma + 1
+        observes = type(policy).observe is not Policy.observe  # skip a no-op call per step
+        draft_cache = profile.draft_s_scalar
         while True:
-            self._admit()
-            self._preempt_if_needed()
+            if self.queue:
+                self._admit()
+            if self.kv_used + self.n * self.reserve > self.kv_capacity:
+                self._preempt_if_needed()
             n = self.n
             if n == 0 and not self.prefilling:
                 self._idle = env.event()
@@ -261,17 +268,17 @@ class Engine:
                 continue
             start_at = env.now
             plan = self._plan_prefill(self.max_batch_tokens - n * self.reserve) if self.prefilling else []
-            prefill_tokens = sum(t for _, t in plan)
+            prefill_tokens = sum(t for _, t in plan) if plan else 0
             fixed = n + prefill_tokens
             decision_s = 0.0
             batch: StepBatch | None = None
             if n > 0:
                 rows = st[ROW, :n]
-                context_mean = int(st[CONTEXT, :n].sum()) / n
+                context_mean = self.ctx_sum / n
                 if self.drafts:
                     # sync pipeline: the GPU waits for the policy (no decision without a drafter)
                     decision_s = self.decision_const_s if self.sync_decision else 0.0
-                    draft_s = profile.draft_s_scalar(n)
+                    draft_s = draft_cache(n)
                     batch = StepBatch(
                         request_ids=st[RID, :n].copy(),  # policies may keep it across steps
                         conf=self.t_conf.take(rows, axis=0),
@@ -314,10 +321,11 @@ class Engine:
                 st[STEPS, :n] += 1
                 st[VERIFIED, :n] += lengths
                 st[ACCEPTED, :n] += accepted
-                accepted_total = int(accepted.sum())
-                emitted_total = n + accepted_total
+                emitted_total = int(emit.sum())
+                accepted_total = emitted_total - n
                 self.kv_used += emitted_total
-                if batch is not None:
+                self.ctx_sum += emitted_total
+                if observes and batch is not None:
                     policy.observe(batch, lengths, drafted_ok)
                 joined = self._joined_at
                 if in_window:
