@@ -42,19 +42,21 @@ class ModelSpec:
     source: str = ""  # where the figures come from
 
     @property
+    def layer_params(self) -> int:
+        """Matmul weights of one decoder layer: Q, K, V, O projections and the SwiGLU MLP."""
+        attn = self.hidden * self.head_dim * (self.num_heads * 2 + self.num_kv_heads * 2)
+        return attn + 3 * self.hidden * self.intermediate
+
+    @property
     def params(self) -> int:
         """Parameter count, embeddings and LM head included (norms ignored)."""
-        attn = self.hidden * self.head_dim * (self.num_heads * 2 + self.num_kv_heads * 2)
-        mlp = 3 * self.hidden * self.intermediate
         emb = self.vocab * self.hidden * (1 if self.tie_embeddings else 2)
-        return self.num_layers * (attn + mlp) + emb
+        return self.num_layers * self.layer_params + emb
 
     @property
     def matmul_params(self) -> int:
         """Parameters touched by a matmul per token (the input embedding is a gather, not a matmul)."""
-        attn = self.hidden * self.head_dim * (self.num_heads * 2 + self.num_kv_heads * 2)
-        mlp = 3 * self.hidden * self.intermediate
-        return self.num_layers * (attn + mlp) + self.vocab * self.hidden
+        return self.num_layers * self.layer_params + self.vocab * self.hidden
 
     @property
     def kv_bytes_per_token(self) -> int:

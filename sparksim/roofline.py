@@ -98,12 +98,6 @@ def pad_to_capture(
 # --------------------------------------------------------------------------- target (verify)
 
 
-def _layer_matmul_params(model: ModelSpec) -> int:
-    """Weights one decoder layer multiplies by: QKV + O projections and the SwiGLU MLP."""
-    attn = model.hidden * model.head_dim * (2 * model.num_heads + 2 * model.num_kv_heads)
-    return attn + 3 * model.hidden * model.intermediate
-
-
 def _layer_act_elems(model: ModelSpec) -> int:
     """Activation elements one layer reads and writes per token: each matmul's input and output."""
     q_kv = (model.num_heads + 2 * model.num_kv_heads) * model.head_dim
@@ -243,7 +237,7 @@ def draft_flops(
     fc = drafter.num_target_features * model.hidden * model.hidden
     attn = _attention_flops_per_token_ctx(model, drafter.num_layers)
     return (
-        2.0 * drafter.num_layers * _layer_matmul_params(model) * block
+        2.0 * drafter.num_layers * model.layer_params * block
         + 2.0 * (fc + drafter.num_layers * kv_proj) * injected
         + attn * block * (c + drafter.gamma)  # the block attends to the context and to itself
         + 2.0 * (model.vocab * model.hidden + drafter.markov_rank * model.vocab) * block
@@ -267,7 +261,7 @@ def draft_bytes(
     fc = drafter.num_target_features * model.hidden * model.hidden
     markov_w2 = drafter.markov_rank * model.vocab
     weights = dtype_bytes * (
-        drafter.num_layers * _layer_matmul_params(model) + fc + model.vocab * model.hidden
+        drafter.num_layers * model.layer_params + fc + model.vocab * model.hidden
         + drafter.gamma * markov_w2  # the sequential Markov loop reads W2 once per position
     )
     kv_read = r * (c + drafter.gamma) * kv_elems * dtype_bytes
