@@ -304,6 +304,14 @@ def _time_draft(
     return time_replays(run, clock, warmup=cfg.warmup, replays=cfg.replays)
 
 
+def _pool(same: tuple[PointResult, ...] | tuple[DraftResult, ...]) -> tuple[Timing | None, str]:
+    """Pool one point's replays over rounds: (timing, "") or (None, the first round's error)."""
+    failed = [p for p in same if p.timing is None]
+    if failed:
+        return None, failed[0].error
+    return Timing(tuple(s for p in same if p.timing is not None for s in p.timing.samples_ms)), ""
+
+
 def merge_rounds(rounds: list[list[PointResult]]) -> list[PointResult]:
     """Pool the replays of repeated sweeps point by point; a point failing in any round fails.
 
@@ -313,11 +321,9 @@ def merge_rounds(rounds: list[list[PointResult]]) -> list[PointResult]:
     merged = []
     for same in zip(*rounds, strict=True):
         first = same[0]
-        failed = [p for p in same if p.timing is None]
-        timing = None if failed else Timing(
-            tuple(s for p in same if p.timing is not None for s in p.timing.samples_ms))
+        timing, error = _pool(same)
         merged.append(PointResult(first.tokens, first.context, first.requests, first.run_tokens,
-                                  first.graph, timing, failed[0].error if failed else ""))
+                                  first.graph, timing, error))
     return merged
 
 
@@ -326,11 +332,8 @@ def merge_draft_rounds(rounds: list[list[DraftResult]]) -> list[DraftResult]:
     merged = []
     for same in zip(*rounds, strict=True):
         first = same[0]
-        failed = [d for d in same if d.timing is None]
-        timing = None if failed else Timing(
-            tuple(s for d in same if d.timing is not None for s in d.timing.samples_ms))
-        merged.append(DraftResult(first.requests, first.context, first.graph, timing,
-                                  failed[0].error if failed else ""))
+        timing, error = _pool(same)
+        merged.append(DraftResult(first.requests, first.context, first.graph, timing, error))
     return merged
 
 
