@@ -7,6 +7,10 @@ profile, warms each policy up for a few steps (two-step needs its history), then
 reports the best round of each (the least disturbed by other load) and their ratio.
 DESIGN §5 target: greedy and two-step within 3x of the bare sort at R = 256, γ = 7.
 
+Each grid point also prints a floor for the policies that search the whole path (argmax,
+two-step, oracle): the sort plus one cumulative sum of the sorted values, which Θ at
+every k needs, timed the same way.
+
     .venv/bin/python benchmarks/bench_policies.py            # full grid
     .venv/bin/python benchmarks/bench_policies.py --quick    # R = 256, γ = 7 only
 """
@@ -57,7 +61,7 @@ def best_us(fn: Callable[[], object], number: int) -> float:
 
 
 def bench(r: int, gamma: int, rounds: int, number: int, seed: int) -> list[tuple[str, float, float]]:
-    """Return (policy, µs per decide, µs per bare sort) for one grid point."""
+    """Return (policy, µs per decide, µs per bare sort) for one grid point, then the floor row."""
     rng = np.random.default_rng(seed)
     profile = staircase_profile()
     warmup = [make_batch(rng, profile, r, gamma) for _ in range(3)]
@@ -80,6 +84,15 @@ def bench(r: int, gamma: int, rounds: int, number: int, seed: int) -> list[tuple
             t_sort = min(t_sort, best_us(bare_sort, number))
             t_pol = min(t_pol, best_us(decide, number))
         out.append((name, t_pol, t_sort))
+
+    def sort_and_cumsum() -> object:
+        return np.sort(survival, axis=None).cumsum()
+
+    t_floor, t_sort = np.inf, np.inf
+    for _ in range(rounds):
+        t_sort = min(t_sort, best_us(bare_sort, number))
+        t_floor = min(t_floor, best_us(sort_and_cumsum, number))
+    out.append(("(sort+cumsum)", t_floor, t_sort))
     return out
 
 
@@ -91,10 +104,10 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     grid = [(256, 7)] if args.quick else [(r, g) for r in (64, 256, 512) for g in (5, 7, 15)]
-    print(f"{'R':>4} {'γ':>3} {'policy':<11} {'decide µs':>10} {'np.sort µs':>11} {'ratio':>6}")
+    print(f"{'R':>4} {'γ':>3} {'policy':<13} {'µs/step':>8} {'np.sort µs':>11} {'ratio':>6}")
     for r, gamma in grid:
         for name, t_pol, t_sort in bench(r, gamma, args.rounds, args.number, args.seed):
-            print(f"{r:>4} {gamma:>3} {name:<11} {t_pol:>10.1f} {t_sort:>11.1f} {t_pol / t_sort:>6.2f}")
+            print(f"{r:>4} {gamma:>3} {name:<13} {t_pol:>8.1f} {t_sort:>11.1f} {t_pol / t_sort:>6.2f}")
 
 
 if __name__ == "__main__":

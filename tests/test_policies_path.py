@@ -17,7 +17,7 @@ from sparksim.policies.path import (
     round_to_captured,
     top_k_lengths,
 )
-from tests.policy_helpers import batches, confidences, profile, reference_cut, step_s
+from tests.policy_helpers import CONF_GRID, batches, confidences, profile, reference_cut, step_s
 
 # Drawn profiles are small; batches past their last size extrapolate on purpose.
 pytestmark = pytest.mark.filterwarnings("ignore::sparksim.profile.ProfileWarning")
@@ -49,6 +49,30 @@ def test_top_k_admits_exactly_the_first_k_candidates_of_the_ranking(conf, data) 
     np.testing.assert_array_equal(top_k_lengths(survival, k), expected)
     ranked = np.sort(survival, axis=None)[::-1]
     np.testing.assert_array_equal(top_k_lengths(survival, k, ranked), expected)
+
+
+@settings(max_examples=100, deadline=None)
+@given(confidences(max_requests=9, max_gamma=20), st.sampled_from(CONF_GRID[:-1]))
+def test_the_fill_counts_rows_of_any_width_including_past_one_64_bit_word(conf, v) -> None:
+    # The counts pack each row's comparisons into 64-bit words: γ = 8, 9, 16, 17 cross them.
+    survival = -np.sort(-conf, axis=1)  # any rows non-increasing in j, drawn from the grid
+    v += 0.025  # halfway between grid values: no candidate ties with the k-th
+    k = int((survival >= v).sum())
+    np.testing.assert_array_equal(top_k_lengths(survival, k), (survival >= v).sum(axis=1))
+
+
+def test_cached_step_windows_are_read_only_and_follow_the_draft_cost() -> None:
+    # Why: the window is shared between steps; a caller writing into it would corrupt
+    # every later step's Θ, and a new request count (draft cost) must not reuse it.
+    prof = profile([8, 64, 512], [10.0, 12.0, 30.0], mode="linear")
+    table = CostTable()
+    a = StepBatch.from_conf(np.full((4, 5), 0.8), prof, draft_s=0.001)
+    b = StepBatch.from_conf(np.full((4, 5), 0.8), prof, draft_s=0.002)
+    wa = table.window(a.cost, 4, 21)
+    assert table.window(a.cost, 4, 21) is wa
+    assert not wa.flags.writeable
+    np.testing.assert_allclose(table.window(b.cost, 4, 21) - wa, 0.001, rtol=1e-9)
+    np.testing.assert_allclose(wa, a.cost.step_s(np.arange(4, 25)), rtol=1e-12)
 
 
 def test_ties_go_to_the_lower_position_then_the_lower_request() -> None:

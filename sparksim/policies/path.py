@@ -29,7 +29,6 @@ from sparksim.profile import Profile
 _ZERO_INT = np.zeros(1, dtype=np.int64)
 _ZERO_FLOAT = np.zeros(1)
 
-
 def candidate_order(survival: NDArray[np.float64]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
     """Return (r, j) of every candidate in path order: survival descending, then lower j, lower r.
 
@@ -61,16 +60,15 @@ class CostTable:
     `Profile.verify_s` each time costs more than the sort itself, so the verify cost is
     tabulated once per profile (per profiled context row when the profile has contexts,
     interpolated in context exactly as `Profile.verify_s` does) and grown on demand. The
-    table also knows where the cost changes (the graph-size stairs), which is where Θ can
-    stop rising. One table per policy instance: the engine owns one policy per replica.
+    table keeps whole path windows of it for profiles without context rows. One table per
+    policy instance: the engine owns one policy per replica.
     """
 
     def __init__(self) -> None:
         self._profile: Profile | None = None
         self._key: tuple[str, bool] = ("", False)
         self._rows = np.empty((1, 0))  # (C, N) verify seconds at B = 0..N-1 per context row
-        self._changes = np.empty(0, dtype=np.int64)  # B ≥ 1 where cost(B) ≠ cost(B - 1)
-        self._first_change: list[int] = [0]
+        self._windows: dict[tuple[int, int, float], NDArray[np.float64]] = {}
         self._captured: tuple[int, ...] = ()
 
     def step_s(self, cost: StepCost, first_tokens: int, count: int) -> NDArray[np.float64]:
@@ -78,15 +76,34 @@ class CostTable:
         self._ensure(cost.profile, first_tokens + count)
         return cost.draft_s + self._verify(cost, self._rows[:, first_tokens : first_tokens + count])
 
-    def breaks(self, cost: StepCost, first_tokens: int, count: int) -> NDArray[np.int64]:
-        """Return the k in 1..count-1 where step_s(first + k) ≠ step_s(first + k - 1)."""
-        self._ensure(cost.profile, first_tokens + count)
-        lo, hi = self._first_change[first_tokens + 1], self._first_change[first_tokens + count]
-        return self._changes[lo:hi] - first_tokens
+    def window(self, cost: StepCost, first_tokens: int, count: int) -> NDArray[np.float64]:
+        """Return `step_s` over a whole path's window, cached (read-only) when it can be.
 
-    def num_breaks(self, first_tokens: int, count: int) -> int:
-        """Return how many `breaks` there are (after `step_s` or `breaks` covered the range)."""
-        return self._first_change[first_tokens + count] - self._first_change[first_tokens + 1]
+        A profile without context rows gives the same window for the same (first, count,
+        draft cost), which a steady batch asks for every step; with context rows the cost
+        moves with the batch's context, so the window is computed afresh.
+        """
+        self._ensure(cost.profile, first_tokens + count)
+        if self._rows.shape[0] > 1:
+            return self.step_s(cost, first_tokens, count)
+        key = (first_tokens, count, cost.draft_s)
+        cached = self._windows.get(key)
+        if cached is None:
+            cached = self.step_s(cost, first_tokens, count)
+            cached.flags.writeable = False
+            if len(self._windows) >= 16:  # batch sizes wander: keep the cache small
+                self._windows.clear()
+            self._windows[key] = cached
+        return cached
+
+    def step_s_at(self, cost: StepCost, tokens: NDArray[np.int64]) -> NDArray[np.float64]:
+        """Return step_s(B) for each B in `tokens` (each below what `cover` covered)."""
+        return cost.draft_s + self._verify(cost, self._rows[:, tokens])
+
+
+    def cover(self, cost: StepCost, end: int) -> None:
+        """Make sure the table holds B = 0 .. end - 1 (a strict profile raises past its range)."""
+        self._ensure(cost.profile, end)
 
     def captured_sizes(self, cost: StepCost) -> tuple[int, ...]:
         """Return the profile's CUDA-graph capture sizes (cached: the card never changes)."""
@@ -125,28 +142,24 @@ class CostTable:
         rows = rows[:, keep]
         self._profile, self._key, self._rows = prof, (prof.mode, prof.strict), rows
         self._captured = prof.captured_sizes
-        self._changes = np.flatnonzero(changed).astype(np.int64) + 1
-        # _first_change[B]: index in _changes of the first change at a size ≥ B (B ≤ size).
-        self._first_change = np.searchsorted(self._changes, np.arange(size + 1)).tolist()
+        self._windows = {}
 
 
 @dataclass(slots=True)
 class Path:
     """Θ along the survival-sorted path: k = 0..n admissions of `gains` (descending).
 
-    Admission k adds gains[k-1] to τ and makes B = fixed + k. Where the step cost is flat
-    between two sizes (every stair of a CUDA-graph profile), Θ rises with every positive
-    gain, so Θ can only peak just before a k where the cost changes, at the first zero
-    gain, or at the ends: `best_cut` evaluates Θ there only (a few points per graph size
-    in range; every k where the profile is linear). `greedy_cut` scans Θ from k = 0 and
-    stops at the first k that does not raise it, in chunks, so an early stop is cheap.
+    Admission k adds gains[k-1] to τ and makes B = fixed + k. `greedy_cut` scans Θ from
+    k = 0 and stops at the first k that does not raise it, in chunks, so an early stop is
+    cheap. `best_cut` bounds Θ on segments of the path instead of evaluating it everywhere
+    (see there). Step costs are read from the table where needed, never for the whole
+    path up front.
     """
 
     ranked: NDArray[np.float64]  # (R·γ,) every survival, descending
     gains: NDArray[np.float64]  # (n,) ranked cut to what the token cap admits
     num_requests: int
     fixed_tokens: int
-    step_s: NDArray[np.float64]  # (n + 1,) step seconds after k admissions
     cost: StepCost
     table: CostTable
 
@@ -156,29 +169,31 @@ class Path:
         cost: StepCost, table: CostTable,
     ) -> Path:
         """Price the first n cuts of `ranked` with the step costs of `table`."""
-        step_s = table.step_s(cost, fixed_tokens, n + 1)
-        return cls(ranked, ranked[:n], num_requests, fixed_tokens, step_s, cost, table)
+        table.cover(cost, fixed_tokens + n + 1)
+        return cls(ranked, ranked[:n], num_requests, fixed_tokens, cost, table)
 
     @property
     def size(self) -> int:
         return int(self.gains.size)
 
-    @property
-    def breaks(self) -> NDArray[np.int64]:
-        """Return the sorted k in 1..n where step_s[k] ≠ step_s[k - 1]."""
-        return self.table.breaks(self.cost, self.fixed_tokens, self.size + 1)
+    def step_s(self, lo: int = 0, hi: int | None = None) -> NDArray[np.float64]:
+        """Return the step seconds after k = lo .. hi admissions (default: the whole path)."""
+        n = self.size
+        hi = n if hi is None else hi
+        if lo == 0 and hi == n:
+            return self.table.window(self.cost, self.fixed_tokens, n + 1)
+        return self.table.step_s(self.cost, self.fixed_tokens + lo, hi - lo + 1)
 
     def theta(self) -> NDArray[np.float64]:
         """Return Θ at every k = 0..n, shape (n + 1,)."""
-        tau = np.empty(self.size + 1)
-        tau[0] = 0.0
-        self.gains.cumsum(out=tau[1:])
-        tau += self.num_requests
-        return tau / self.step_s
+        theta = self._tau_span(0, self.size, float(self.num_requests))
+        theta /= self.step_s()
+        return theta
 
     def theta_at(self, ks: NDArray[np.int64]) -> NDArray[np.float64]:
         """Return Θ after k admissions for each k in `ks` (sorted, unique, in 0..n)."""
-        return (self.num_requests + self._prefix(ks)) / self.step_s[ks]
+        step = self.table.step_s_at(self.cost, self.fixed_tokens + ks)
+        return (self.num_requests + self._prefix(ks)) / step
 
     def greedy_cut(self) -> int:
         """Return how many admissions Alg. 1 keeps: it stops at the first k not raising Θ.
@@ -191,11 +206,8 @@ class Path:
         lo, chunk, tau_lo = 0, 64, float(self.num_requests)
         while lo < n:
             hi = min(n, lo + chunk)
-            tau = np.empty(hi - lo + 1)  # τ after k = lo..hi admissions
-            tau[0] = tau_lo
-            self.gains[lo:hi].cumsum(out=tau[1:])
-            tau[1:] += tau_lo
-            theta = tau / self.step_s[lo : hi + 1]
+            tau = self._tau_span(lo, hi, tau_lo)  # τ after k = lo..hi admissions
+            theta = tau / self.step_s(lo, hi)
             worse = theta[1:] <= theta[:-1]  # (hi - lo,) admission lo + 1 + i does not pay
             stop = int(worse.argmax())
             if worse[stop]:
@@ -204,24 +216,22 @@ class Path:
         return n
 
     def best_cut(self) -> int:
-        """Return the k maximising Θ over the whole path (the smallest such k on ties)."""
-        n = self.size
-        if n == 0:
-            return 0
-        if self.table.num_breaks(self.fixed_tokens, n + 1) * 4 > n:
-            return int(self.theta().argmax())  # cost changes almost everywhere: scan every k
-        # Stair ends (cost non-decreasing in B: profiles are made monotone on load).
-        ks = np.concatenate((self.breaks - 1, np.array([n])))
-        if ks[0] != 0:
-            ks = np.concatenate((_ZERO_INT, ks))
-        if self.gains[-1] <= 0.0:  # Θ stops rising at the first zero gain
-            ks = np.union1d(ks, [self._num_positive()])
-        return int(ks[int(self.theta_at(ks).argmax())])
+        """Return the k maximising Θ over the whole path (the smallest such k on ties).
 
-    def _num_positive(self) -> int:
-        if self.gains.size == 0 or self.gains[-1] > 0.0:
-            return self.size
-        return int((-self.gains).searchsorted(0.0, side="left"))  # gains descend
+        Θ is evaluated at every k: one cumulative sum, one division by the cached step
+        window, one argmax. (Bounding Θ on segments between the CUDA-graph stairs and
+        scanning only the promising ones was measured slower up to R·γ = 7680 on the
+        benchmark and analytic profiles: it needs a dozen small array operations.)
+        """
+        return int(self.theta().argmax())
+
+    def _tau_span(self, lo: int, hi: int, tau_lo: float) -> NDArray[np.float64]:
+        """Return τ after k = lo .. hi admissions, given τ after lo of them (a new array)."""
+        tau = np.empty(hi - lo + 1)
+        tau[0] = 0.0
+        self.gains[lo:hi].cumsum(out=tau[1:])
+        tau += tau_lo
+        return tau
 
     def _prefix(self, ks: NDArray[np.int64]) -> NDArray[np.float64]:
         """Return the sum of the first k gains for each k in `ks` (sorted, unique)."""
@@ -299,12 +309,19 @@ def top_k_lengths(
 
 
 def _count_at_least(survival: NDArray[np.float64], v: float) -> Lengths:
-    """Return, per row, how many entries are ≥ v; rows are non-increasing, so the first < v.
+    """Return, per row, how many entries are ≥ v.
 
-    (argmax of a boolean stops at the first True and beats a boolean sum along γ.)
+    The comparison is written into a zero-padded byte buffer 8·w columns wide and counted
+    as the set bits of its w 64-bit words per row: a per-row reduction along a short γ
+    axis (sum or argmax over axis 1) costs numpy more than the sort of the whole batch.
     """
-    first_below = (survival < v).argmax(axis=1)  # 0 also when none is below v
-    return np.where(survival[:, -1] >= v, survival.shape[1], first_below)
+    num_requests, gamma = survival.shape
+    words = -(-gamma // 8)
+    flags = np.zeros((num_requests, 8 * words), dtype=np.bool_)
+    np.greater_equal(survival, v, out=flags[:, :gamma])
+    bits = np.bitwise_count(flags.view(np.uint64))  # (R, w): one set bit per True byte
+    counts = bits[:, 0] if words == 1 else bits.sum(axis=1)
+    return counts.astype(np.int64)
 
 
 def cap_lengths(batch: StepBatch, lengths: Lengths) -> Lengths:
