@@ -26,7 +26,10 @@ class Greedy(Policy):
     def __init__(self, block: int) -> None:
         super().__init__(block)
         self._table = CostTable()
+        self._chunk = 64  # first pass of the scan: twice the last stop, so one pass usually
 
     def decide(self, batch: StepBatch) -> Lengths:
         path = batch_path(batch, self._table)
-        return top_k_lengths(batch.survival, path.greedy_cut(), path.ranked)
+        cut = path.greedy_cut(self._chunk)
+        self._chunk = max(64, 2 * cut + 2)
+        return top_k_lengths(batch.survival, cut, path.ranked)

@@ -96,6 +96,11 @@ class CostTable:
             self._windows[key] = cached
         return cached
 
+    @property
+    def caches_windows(self) -> bool:
+        """Whether `window` is cached: the profile has no context rows (read after `cover`)."""
+        return self._rows.shape[0] == 1
+
     def step_s_at(self, cost: StepCost, tokens: NDArray[np.int64]) -> NDArray[np.float64]:
         """Return step_s(B) for each B in `tokens` (each below what `cover` covered)."""
         return cost.draft_s + self._verify(cost, self._rows[:, tokens])
@@ -180,8 +185,8 @@ class Path:
         """Return the step seconds after k = lo .. hi admissions (default: the whole path)."""
         n = self.size
         hi = n if hi is None else hi
-        if lo == 0 and hi == n:
-            return self.table.window(self.cost, self.fixed_tokens, n + 1)
+        if (lo == 0 and hi == n) or self.table.caches_windows:
+            return self.table.window(self.cost, self.fixed_tokens, n + 1)[lo : hi + 1]
         return self.table.step_s(self.cost, self.fixed_tokens + lo, hi - lo + 1)
 
     def theta(self) -> NDArray[np.float64]:
@@ -195,15 +200,17 @@ class Path:
         step = self.table.step_s_at(self.cost, self.fixed_tokens + ks)
         return (self.num_requests + self._prefix(ks)) / step
 
-    def greedy_cut(self) -> int:
+    def greedy_cut(self, first_chunk: int = 64) -> int:
         """Return how many admissions Alg. 1 keeps: it stops at the first k not raising Θ.
 
         Θ is evaluated in consecutive chunks of k growing 4x (a handful of passes, not a
-        loop over candidates), each carrying τ over from the last: Alg. 1 usually stops
-        early, and then only the first chunk is ever summed.
+        loop over candidates), each carrying τ over from the last: on a long path Alg. 1
+        usually stops early, and then only the first chunk is ever summed. Each pass costs
+        several array operations, more than summing a few hundred gains, so a caller that
+        knows roughly where the stop lies (the last step's) passes a `first_chunk` past it.
         """
         n = self.size
-        lo, chunk, tau_lo = 0, 64, float(self.num_requests)
+        lo, chunk, tau_lo = 0, max(first_chunk, 1), float(self.num_requests)
         while lo < n:
             hi = min(n, lo + chunk)
             tau = self._tau_span(lo, hi, tau_lo)  # τ after k = lo..hi admissions
