@@ -29,6 +29,7 @@ from sparksim.profile import Profile
 _ZERO_INT = np.zeros(1, dtype=np.int64)
 _ZERO_FLOAT = np.zeros(1)
 
+
 def candidate_order(survival: NDArray[np.float64]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
     """Return (r, j) of every candidate in path order: survival descending, then lower j, lower r.
 
@@ -105,7 +106,6 @@ class CostTable:
         """Return step_s(B) for each B in `tokens` (each below what `cover` covered)."""
         return cost.draft_s + self._verify(cost, self._rows[:, tokens])
 
-
     def cover(self, cost: StepCost, end: int) -> None:
         """Make sure the table holds B = 0 .. end - 1 (a strict profile raises past its range)."""
         self._ensure(cost.profile, end)
@@ -156,9 +156,8 @@ class Path:
 
     Admission k adds gains[k-1] to τ and makes B = fixed + k. `greedy_cut` scans Θ from
     k = 0 and stops at the first k that does not raise it, in chunks, so an early stop is
-    cheap. `best_cut` bounds Θ on segments of the path instead of evaluating it everywhere
-    (see there). Step costs are read from the table where needed, never for the whole
-    path up front.
+    cheap; `best_cut` takes the argmax of Θ over every k. Step costs come from the table's
+    cached window where the profile allows it, else only for the k a scan reaches.
     """
 
     ranked: NDArray[np.float64]  # (R·γ,) every survival, descending
