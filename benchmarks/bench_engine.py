@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _inputs import build_inputs
 
-from sparksim.policies import REGISTRY
+from sparksim.policies import REGISTRY, kernels
 from sparksim.runner import load_scenario, simulate
 
 
@@ -60,7 +60,8 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         prof, traces = build_inputs(Path(tmp))
-        print("# engine speed (closed loop, R users on one replica, per-step records off)")
+        print("# engine speed (closed loop, R users on one replica, per-step records off; "
+              f"policy kernels: {kernels.BACKEND})")
         print(f"{'policy':<10} {'R':>5} {'steps':>8} {'steps/s':>10} {'sim tok/s':>11}")
         duration = 20.0 if args.quick else 120.0
         policies = ["static"] + [p for p in ("greedy", "two-step") if p in REGISTRY]

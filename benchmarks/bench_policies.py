@@ -13,6 +13,10 @@ every k needs, timed the same way.
 
     .venv/bin/python benchmarks/bench_policies.py            # full grid
     .venv/bin/python benchmarks/bench_policies.py --quick    # R = 256, γ = 7 only
+    .venv/bin/python benchmarks/bench_policies.py --quick --kernels numpy   # without numba
+
+The path policies walk Θ and count the fill in `sparksim.policies.kernels`: compiled by
+numba when it is installed (the `fast` extra), numpy otherwise. The header says which.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from sparksim.policies import REGISTRY, make_policy
+from sparksim.policies import REGISTRY, kernels, make_policy
 from sparksim.policies.base import StepBatch
 from sparksim.profile import Profile
 
@@ -102,7 +106,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7, help="alternating timing rounds (best kept)")
     ap.add_argument("--number", type=int, default=300, help="calls per timing round")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--kernels", choices=["numba", "numpy"], default=kernels.BACKEND,
+                    help=f"kernel backend (default here: {kernels.BACKEND})")
     args = ap.parse_args()
+    kernels.use(args.kernels)
+    print(f"# kernels: {kernels.BACKEND}; numpy {np.__version__}")
     grid = [(256, 7)] if args.quick else [(r, g) for r in (64, 256, 512) for g in (5, 7, 15)]
     print(f"{'R':>4} {'γ':>3} {'policy':<13} {'µs/step':>8} {'np.sort µs':>11} {'ratio':>6}")
     for r, gamma in grid:

@@ -9,8 +9,25 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from sparksim.policies import kernels
 from sparksim.profile import write_profile
 from sparksim.traces import write_traceset
+
+
+@pytest.fixture(scope="session", autouse=True)
+def compiled_kernels() -> None:
+    """Compile the numba kernels for the array layouts policies pass, before any test runs.
+
+    A first call compiles (about half a second per layout); inside a hypothesis example
+    with a deadline that would fail the test on timing alone.
+    """
+    gains = np.linspace(0.1, 0.9, 6)[::-1]  # a reversed view, as `sorted_survival` returns
+    for writeable in (True, False):  # cached step windows are read-only
+        step_s = np.linspace(1.0, 2.0, 7)
+        step_s.flags.writeable = writeable
+        kernels.theta_scan(gains, 1.0, step_s, True)
+    kernels.count_at_least(np.full((2, 3), 0.5), 0.5)
+
 
 PROFILE_CARD = {
     "source": "synthetic", "hardware": "test", "model": "test", "dtype": "bf16",

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from sparksim.policies import kernels
 from sparksim.policies.base import Lengths, StepBatch, StepCost
 from sparksim.profile import Profile
 
@@ -99,16 +100,13 @@ class CostTable:
 
     @property
     def caches_windows(self) -> bool:
-        """Whether `window` is cached: the profile has no context rows (read after `cover`)."""
+        """Whether `window` is cached: the profile last tabulated has no context rows."""
         return self._rows.shape[0] == 1
 
     def step_s_at(self, cost: StepCost, tokens: NDArray[np.int64]) -> NDArray[np.float64]:
-        """Return step_s(B) for each B in `tokens` (each below what `cover` covered)."""
+        """Return step_s(B) for each B in `tokens` (sorted ascending)."""
+        self._ensure(cost.profile, int(tokens[-1]) + 1 if tokens.size else 1)
         return cost.draft_s + self._verify(cost, self._rows[:, tokens])
-
-    def cover(self, cost: StepCost, end: int) -> None:
-        """Make sure the table holds B = 0 .. end - 1 (a strict profile raises past its range)."""
-        self._ensure(cost.profile, end)
 
     def captured_sizes(self, cost: StepCost) -> tuple[int, ...]:
         """Return the profile's CUDA-graph capture sizes (cached: the card never changes)."""
@@ -172,8 +170,11 @@ class Path:
         cls, ranked: NDArray[np.float64], n: int, num_requests: int, fixed_tokens: int,
         cost: StepCost, table: CostTable,
     ) -> Path:
-        """Price the first n cuts of `ranked` with the step costs of `table`."""
-        table.cover(cost, fixed_tokens + n + 1)
+        """Price the first n cuts of `ranked` with the step costs of `table`.
+
+        The table grows only as far as the cuts a policy prices ask (`step_s`, `theta_at`),
+        so a strict profile raises only for batches a step really considers.
+        """
         return cls(ranked, ranked[:n], num_requests, fixed_tokens, cost, table)
 
     @property
@@ -189,10 +190,9 @@ class Path:
         return self.table.step_s(self.cost, self.fixed_tokens + lo, hi - lo + 1)
 
     def theta(self) -> NDArray[np.float64]:
-        """Return Θ at every k = 0..n, shape (n + 1,)."""
-        theta = self._tau_span(0, self.size, float(self.num_requests))
-        theta /= self.step_s()
-        return theta
+        """Return Θ at every k = 0..n, shape (n + 1,), τ summed in the order the kernels sum it."""
+        head = np.full(1, float(self.num_requests))
+        return np.concatenate((head, self.gains)).cumsum() / self.step_s()
 
     def theta_at(self, ks: NDArray[np.int64]) -> NDArray[np.float64]:
         """Return Θ after k admissions for each k in `ks` (sorted, unique, in 0..n)."""
@@ -202,42 +202,31 @@ class Path:
     def greedy_cut(self, first_chunk: int = 64) -> int:
         """Return how many admissions Alg. 1 keeps: it stops at the first k not raising Θ.
 
-        Θ is evaluated in consecutive chunks of k growing 4x (a handful of passes, not a
-        loop over candidates), each carrying τ over from the last: on a long path Alg. 1
-        usually stops early, and then only the first chunk is ever summed. Each pass costs
-        several array operations, more than summing a few hundred gains, so a caller that
-        knows roughly where the stop lies (the last step's) passes a `first_chunk` past it.
+        The walk (`kernels.theta_scan`) goes over consecutive chunks of k growing 4x, each
+        carrying τ over from the last: where the step cost is not cached for the whole
+        path, only the chunks the walk reaches are priced, and Alg. 1 usually stops early.
+        A caller that knows roughly where the stop lies (the last step's) passes a
+        `first_chunk` past it, so a steady batch takes one chunk.
         """
         n = self.size
         lo, chunk, tau_lo = 0, max(first_chunk, 1), float(self.num_requests)
-        while lo < n:
+        while True:
             hi = min(n, lo + chunk)
-            tau = self._tau_span(lo, hi, tau_lo)  # τ after k = lo..hi admissions
-            theta = tau / self.step_s(lo, hi)
-            worse = theta[1:] <= theta[:-1]  # (hi - lo,) admission lo + 1 + i does not pay
-            stop = int(worse.argmax())
-            if worse[stop]:
+            stop, tau_lo = kernels.theta_scan(self.gains[lo:hi], tau_lo, self.step_s(lo, hi), True)
+            if stop < hi - lo or hi == n:
                 return lo + stop
-            lo, chunk, tau_lo = hi, chunk * 4, float(tau[-1])
-        return n
+            lo, chunk = hi, chunk * 4
 
     def best_cut(self) -> int:
         """Return the k maximising Θ over the whole path (the smallest such k on ties).
 
-        Θ is evaluated at every k: one cumulative sum, one division by the cached step
-        window, one argmax. (Bounding Θ on segments between the CUDA-graph stairs and
-        scanning only the promising ones was measured slower up to R·γ = 7680 on the
-        benchmark and analytic profiles: it needs a dozen small array operations.)
+        One walk of Θ at every k (`kernels.theta_scan`) over the cached step window.
+        (Bounding Θ on segments between the CUDA-graph stairs and walking only the
+        promising ones was measured slower with numpy up to R·γ = 7680: it needs a dozen
+        small array operations.)
         """
-        return int(self.theta().argmax())
-
-    def _tau_span(self, lo: int, hi: int, tau_lo: float) -> NDArray[np.float64]:
-        """Return τ after k = lo .. hi admissions, given τ after lo of them (a new array)."""
-        tau = np.empty(hi - lo + 1)
-        tau[0] = 0.0
-        self.gains[lo:hi].cumsum(out=tau[1:])
-        tau += tau_lo
-        return tau
+        k, _ = kernels.theta_scan(self.gains, float(self.num_requests), self.step_s(), False)
+        return k
 
     def _prefix(self, ks: NDArray[np.int64]) -> NDArray[np.float64]:
         """Return the sum of the first k gains for each k in `ks` (sorted, unique)."""
@@ -302,7 +291,7 @@ def top_k_lengths(
         v = float(flat[flat.size - k])
     else:
         v = float(ranked[k - 1])
-    lengths = _count_at_least(survival, v)
+    lengths = kernels.count_at_least(survival, v)
     if ranked is not None and ranked[k] < v:
         return lengths  # v is not shared with a candidate below the cut: no tie to settle
     surplus = int(lengths.sum()) - k
@@ -312,22 +301,6 @@ def top_k_lengths(
     tied = (survival == v).T.ravel()  # (γ·R,) position-major
     drop = tied & (tied.cumsum() > int(tied.sum()) - surplus)
     return lengths - drop.reshape(gamma, num_requests).sum(axis=0)
-
-
-def _count_at_least(survival: NDArray[np.float64], v: float) -> Lengths:
-    """Return, per row, how many entries are ≥ v.
-
-    The comparison is written into a zero-padded byte buffer 8·w columns wide and counted
-    as the set bits of its w 64-bit words per row: a per-row reduction along a short γ
-    axis (sum or argmax over axis 1) costs numpy more than the sort of the whole batch.
-    """
-    num_requests, gamma = survival.shape
-    words = -(-gamma // 8)
-    flags = np.zeros((num_requests, 8 * words), dtype=np.bool_)
-    np.greater_equal(survival, v, out=flags[:, :gamma])
-    bits = np.bitwise_count(flags.view(np.uint64))  # (R, w): one set bit per True byte
-    counts = bits[:, 0] if words == 1 else bits.sum(axis=1)
-    return counts.astype(np.int64)
 
 
 def cap_lengths(batch: StepBatch, lengths: Lengths) -> Lengths:

@@ -81,7 +81,7 @@ class TwoStep(Policy):
         self._ema_ids = np.empty(0, dtype=np.int64)  # sorted
         self._ema_conf = np.empty((0, block))
         self._table = CostTable()
-        self.last_capacity: int | None = None  # K of the latest step, before the token cap
+        self.last_capacity: int | None = None  # K of the latest step (within the token cap)
 
     @property
     def params(self) -> dict[str, Any]:
@@ -89,8 +89,11 @@ class TwoStep(Policy):
 
     def decide(self, batch: StepBatch) -> Lengths:
         fresh_ranked = sorted_survival(batch.survival)  # for the fill; kept as the snapshot's
-        survival = self._snapshot_survival(batch)
-        ranked = fresh_ranked if survival is batch.survival else sorted_survival(survival)
+        if self.ema == 0.0:
+            survival, ranked = batch.survival, fresh_ranked
+        else:
+            survival = self._smoothed_survival(batch)
+            ranked = sorted_survival(survival)
         # Copies: should the engine reuse its batch buffers, a stale snapshot that aliased
         # them would silently turn fresh, and K would read this step's survivals.
         snapshot = (batch.request_ids.tobytes(), survival.copy(), ranked)
@@ -101,17 +104,19 @@ class TwoStep(Policy):
         k = self.capacity(batch, stale)
         self._history.append(snapshot)
         self.last_capacity = k
-        budget = path_length(batch.survival.size, batch.fixed_tokens, batch.max_tokens)
-        return top_k_lengths(batch.survival, min(k, budget), fresh_ranked)
+        return top_k_lengths(batch.survival, k, fresh_ranked)
 
     def capacity(self, batch: StepBatch, stale: Snapshot | None) -> int:
         """Return K sized from `stale` (ids, survival, ranked) for this step's requests and costs.
 
         Reads only `stale`, and of `batch` only its request ids, fixed tokens, token limit
-        and costs, never its survivals (the test perturbs them and checks K).
+        and costs, never its survivals (the test perturbs them and checks K). K never
+        exceeds what the token limit admits: the stale path has one row per current request
+        and is cut at that limit.
         """
         if stale is None or not stale[0]:
-            return self.initial_budget * batch.num_requests
+            budget = path_length(batch.survival.size, batch.fixed_tokens, batch.max_tokens)
+            return min(self.initial_budget * batch.num_requests, budget)
         ids, survival, ranked = stale
         if ids == batch.request_ids.tobytes():
             path = batch_path(batch, self._table, ranked=ranked)  # same requests: sorted already
@@ -120,9 +125,7 @@ class TwoStep(Policy):
             path = batch_path(batch, self._table, survival=stale_rows(batch.request_ids, stale_ids, survival))
         return round_to_captured(path, path.best_cut(), self._table.captured_sizes(batch.cost))
 
-    def _snapshot_survival(self, batch: StepBatch) -> NDArray[np.float64]:
-        if self.ema == 0.0:
-            return batch.survival
+    def _smoothed_survival(self, batch: StepBatch) -> NDArray[np.float64]:
         ids, conf = batch.request_ids, batch.conf
         pos = np.minimum(np.searchsorted(self._ema_ids, ids), max(self._ema_ids.size - 1, 0))
         seen = (self._ema_ids[pos] == ids) if self._ema_ids.size else np.zeros(ids.size, bool)

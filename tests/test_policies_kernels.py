@@ -1,0 +1,113 @@
+"""The compiled kernels and their numpy twins: a run must not depend on whether numba is
+installed, so both backends must give the same cut and the same counts bit for bit, and
+both must agree with the walk written out in plain Python."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from numpy.typing import NDArray
+
+from sparksim.policies import kernels, make_policy
+from tests.policy_helpers import CONF_GRID, batches, confidences
+
+pytestmark = pytest.mark.filterwarnings("ignore::sparksim.profile.ProfileWarning")
+numba_only = pytest.mark.skipif(kernels.numba_theta_scan is None, reason="numba is not installed")
+
+
+@contextmanager
+def backend(name: str) -> Iterator[None]:
+    before = kernels.BACKEND
+    kernels.use(name)
+    try:
+        yield
+    finally:
+        kernels.use(before)
+
+
+def walk(gains: NDArray[np.float64], tau: float, step_s: NDArray[np.float64], early_stop: bool) -> tuple[int, float]:
+    """Return the cut as Algorithm 1 (or its argmax) reads: one Python float at a time."""
+    best, best_k, best_tau = tau / float(step_s[0]), 0, tau
+    for i, g in enumerate(gains.tolist()):
+        tau += g
+        theta = tau / float(step_s[i + 1])
+        if theta > best:
+            best, best_k, best_tau = theta, i + 1, tau
+        elif early_stop:
+            break
+    return best_k, best_tau
+
+
+@st.composite
+def paths(draw: st.DrawFn) -> tuple[NDArray[np.float64], float, NDArray[np.float64]]:
+    """Draw descending gains from the grid (ties, zeros), a τ start and a staircase of costs."""
+    n = draw(st.integers(0, 40))
+    gains = np.sort(np.array(draw(st.lists(st.sampled_from(CONF_GRID), min_size=n, max_size=n))))[::-1]
+    rises = draw(st.lists(st.sampled_from([0.0, 0.0, 0.05, 0.3, 2.0]), min_size=n + 1, max_size=n + 1))
+    step_s = 1.0 + np.cumsum(rises)  # flat stairs, small rises and cliffs
+    return gains, float(draw(st.integers(1, 12))), step_s
+
+
+@settings(max_examples=200, deadline=None)
+@given(paths(), st.booleans())
+def test_the_numpy_walk_is_algorithm_1_one_admission_at_a_time(path, early_stop) -> None:
+    gains, tau, step_s = path
+    assert kernels.theta_scan_numpy(gains, tau, step_s, early_stop) == walk(gains, tau, step_s, early_stop)
+
+
+@numba_only
+@settings(max_examples=200, deadline=None)
+@given(paths(), st.booleans())
+def test_the_compiled_walk_gives_the_numpy_cut_and_tau_bit_for_bit(path, early_stop) -> None:
+    gains, tau, step_s = path
+    assert kernels.numba_theta_scan is not None
+    got = kernels.numba_theta_scan(gains, tau, step_s, early_stop)
+    assert got == kernels.theta_scan_numpy(gains, tau, step_s, early_stop)
+
+
+@numba_only
+@settings(max_examples=150, deadline=None)
+@given(confidences(max_requests=9, max_gamma=20), st.sampled_from(CONF_GRID))
+def test_the_compiled_counts_match_numpy_on_rows_of_any_width(conf, v) -> None:
+    survival = np.cumprod(conf, axis=1)
+    assert kernels.numba_count_at_least is not None
+    got = kernels.numba_count_at_least(survival, v)
+    np.testing.assert_array_equal(got, kernels.count_at_least_numpy(survival, v))
+    np.testing.assert_array_equal(got, (survival >= v).sum(axis=1))
+
+
+@numba_only
+@settings(max_examples=60, deadline=None)
+@given(st.lists(batches(with_accepted=False), min_size=1, max_size=4), st.sampled_from(["greedy", "argmax", "two-step"]))
+def test_every_path_policy_decides_the_same_under_either_backend(steps, name) -> None:
+    # Why: results are promised byte-identical for a scenario and seed; the backend a
+    # machine happens to have must not change a single verification length.
+    steps = [b for b in steps if b.gamma == steps[0].gamma]
+    decisions = {}
+    for which in ("numpy", "numba"):
+        with backend(which):
+            policy = make_policy(name, steps[0].gamma, {"delay": 1} if name == "two-step" else None)
+            decisions[which] = [policy.decide(b).tolist() for b in steps]
+    assert decisions["numpy"] == decisions["numba"]
+
+
+def test_sparksim_kernels_numpy_selects_the_numpy_backend() -> None:
+    env = {**os.environ, "SPARKSIM_KERNELS": "numpy"}
+    out = subprocess.run(
+        [sys.executable, "-c", "from sparksim.policies import kernels; print(kernels.BACKEND)"],
+        env=env, capture_output=True, text=True, check=True,
+    )
+    assert out.stdout.strip() == "numpy"
+
+
+def test_an_unknown_backend_is_an_error_naming_the_choices() -> None:
+    with pytest.raises(ValueError, match=r"'cuda'.*'numba' or 'numpy'"):
+        kernels.use("cuda")
