@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sparksim.invariants import check_run
-from sparksim.policies import REGISTRY
+from sparksim.policies import REGISTRY, kernels
 from sparksim.runner import check_determinism, load_scenario, simulate, write_results
 
 WORKLOADS = {
@@ -75,6 +75,26 @@ def test_inv5_same_seed_gives_byte_identical_results(
         assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes(), name
     sc, base = load_scenario(None, sets, "static")
     assert check_determinism(sc, base, simulate(sc, base), strict=False) == []
+
+
+@pytest.mark.skipif(kernels.numba_theta_scan is None, reason="numba is not installed")
+@pytest.mark.parametrize("policy", ["greedy", "two-step"])
+def test_inv5_holds_across_kernel_backends(
+    policy: str, sloped_profile: Path, varied_traces: Path, tmp_path: Path
+) -> None:
+    # Why: whether a machine has numba must not change a single result byte.
+    sets = [f"profile={sloped_profile}", f"traces={varied_traces}", "run.duration_s=3",
+            "workload.kind=poisson", "workload.rate=50"]
+    before, outs = kernels.BACKEND, []
+    try:
+        for backend in ("numba", "numpy"):
+            kernels.use(backend)
+            sc, base = load_scenario(None, sets, policy)
+            outs.append(write_results(simulate(sc, base), tmp_path / backend))
+    finally:
+        kernels.use(before)
+    for name in ("summary.json", "requests.parquet"):
+        assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes(), name
 
 
 def test_inv5_other_seed_gives_other_results(sloped_profile: Path, varied_traces: Path) -> None:
