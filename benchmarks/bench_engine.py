@@ -21,7 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _inputs import build_inputs
 
-from sparksim.policies import REGISTRY, kernels
+from sparksim import kernels
+from sparksim.policies import REGISTRY
 from sparksim.runner import load_scenario, simulate
 
 

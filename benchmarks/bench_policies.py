@@ -27,7 +27,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from sparksim.policies import REGISTRY, kernels, make_policy
+from sparksim import kernels
+from sparksim.policies import REGISTRY, make_policy
 from sparksim.policies.base import StepBatch
 from sparksim.profile import Profile
 

@@ -25,7 +25,18 @@ import numpy as np
 import simpy
 from numpy.typing import NDArray
 
-from sparksim.acceptance import replay_step
+from sparksim import kernels
+from sparksim.batch_layout import (
+    ADMIT_SEQ,
+    DOM,
+    EMITTED,
+    NUM_FIELDS,
+    OUT_LEN,
+    RID,
+    ROW,
+    ROW_END,
+    TRACE_CUR,
+)
 from sparksim.config import Scenario
 from sparksim.errors import ConfigError
 from sparksim.invariants import InvariantError, lengths_in_bounds
@@ -60,10 +71,7 @@ class Request:
     on_done: list[Callable[[Request], None]] = field(default_factory=list)
 
 
-# The running batch: one row of `Engine.state` per field, one column per slot. ROW,
-# EMITTED and CONTEXT are adjacent so one slice advances all three by the emitted tokens.
-ROW, EMITTED, CONTEXT, STEPS, VERIFIED, ACCEPTED, RID, ROW_END, OUT_LEN, DOM, TRACE_CUR, ADMIT_SEQ = range(12)
-NUM_FIELDS = 12
+_NO_JOINT = np.zeros(0, dtype=np.int64)  # `kernels.advance` counts nothing into it
 
 
 class Engine:
@@ -252,7 +260,6 @@ class Engine:
         profile = self.profile
         stats = self.stats
         policy = self.policy
-        g1 = self.gamma + 1
         observes = type(policy).observe is not Policy.observe  # skip a no-op call per step
         draft_cache = profile.draft_s_scalar
         while True:
@@ -295,15 +302,10 @@ class Engine:
                         decision_s = time.perf_counter() - t0
                     if self.check:
                         self._check_lengths(lengths, n, fixed)
-                    drafted_ok, emit = replay_step(
-                        lengths, self.t_acc.take(rows), st[OUT_LEN, :n] - st[EMITTED, :n]
-                    )
-                    accepted = emit - 1  # drafts that count, after the output-length cut
                     verified = int(lengths.sum())
                 else:  # plain decoding: one token per request, the drafter never runs
                     draft_s = 0.0
-                    lengths = accepted = drafted_ok = np.zeros(n, dtype=np.int64)
-                    emit = np.ones(n, dtype=np.int64)
+                    lengths = np.zeros(n, dtype=np.int64)
                     verified = 0
             else:
                 context_mean = draft_s = 0.0
@@ -317,11 +319,12 @@ class Engine:
             in_window = stats.window_start <= now <= stats.window_end
             emitted_total = accepted_total = 0
             if n > 0:
-                st[ROW : CONTEXT + 1, :n] += emit  # ROW, EMITTED, CONTEXT advance together
-                st[STEPS, :n] += 1
-                st[VERIFIED, :n] += lengths
-                st[ACCEPTED, :n] += accepted
-                emitted_total = int(emit.sum())
+                # the replay rule, every slot's counters and the (ℓ, accepted) histogram
+                # (acceptance statistics ignore the output-length cut), in one pass
+                joint = stats.joint if in_window and verified else _NO_JOINT
+                drafted_ok, emitted_total, any_done, any_past = kernels.advance(
+                    st, n, lengths, self.t_acc, joint, self.gamma
+                )
                 accepted_total = emitted_total - n
                 self.kv_used += emitted_total
                 self.ctx_sum += emitted_total
@@ -338,21 +341,19 @@ class Engine:
                     stats.window_request_steps += n
                     stats.window_verified += verified
                     stats.window_emitted_decode += emitted_total
-                    if verified:  # acceptance statistics ignore the output-length cut
-                        stats.add_joint(lengths * g1 + drafted_ok)
-                    else:
+                    if not verified:  # n pairs (ℓ = 0, accepted = 0)
                         stats.joint[0] += n
                 joined.clear()
-                done = st[EMITTED, :n] >= st[OUT_LEN, :n]
-                if done.any():
+                if any_done:
+                    done = st[EMITTED, :n] >= st[OUT_LEN, :n]
                     finished = [self._park(int(i)) for i in np.flatnonzero(done)]
                     self._compact(~done)  # before the callbacks: a closed-loop user resubmits
                     for req in finished:  # at once, and routing must see this replica's load
                         self.kv_used -= req.context
                         req.finish_at = req.last_emit_at = now
                         self.finish(req)
-                past = st[ROW, : self.n] >= st[ROW_END, : self.n]
-                if past.any():
+                if any_past:  # some request ran out of trace rows
+                    past = st[ROW, : self.n] >= st[ROW_END, : self.n]
                     self._continue_traces(np.flatnonzero(past))
             if in_window:
                 stats.window_steps += 1

@@ -36,7 +36,6 @@ def _dist(name: str, values_ms: np.ndarray[Any, np.dtype[np.float64]]) -> dict[s
 
 def acceptance_by_position(stats: StreamStats) -> dict[str, list[float]]:
     """Per-position survival P(acc ≥ k | verified ≥ k) and conditional P(acc ≥ k | acc ≥ k−1, verified ≥ k)."""
-    stats.flush()
     g = stats.gamma
     joint = stats.joint.reshape(g + 1, g + 1)  # [ℓ, accepted]
     ell = np.arange(g + 1)

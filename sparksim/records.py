@@ -126,20 +126,6 @@ class StreamStats:
         self.itl_hist = np.zeros(_ITL_BINS, dtype=np.int64)
         self.joint = np.zeros((self.gamma + 1) ** 2, dtype=np.int64)
         self._bins: dict[float, int] = {}
-        self._joint_pending: list[NDArray[np.int64]] = []
-
-    def add_joint(self, codes: NDArray[np.int64]) -> None:
-        """Count one step's (ℓ, accepted) pairs, coded ℓ·(γ+1) + accepted; counted in bulk."""
-        self._joint_pending.append(codes)
-        if len(self._joint_pending) >= 512:
-            self.flush()
-
-    def flush(self) -> None:
-        """Fold buffered (ℓ, accepted) codes into the joint histogram."""
-        if self._joint_pending:
-            codes = np.concatenate(self._joint_pending)
-            self.joint += np.bincount(codes, minlength=self.joint.size)
-            self._joint_pending.clear()
 
     def in_window(self, at: float) -> bool:
         return self.window_start <= at <= self.window_end

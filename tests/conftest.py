@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sparksim.policies import kernels
+from sparksim import kernels
+from sparksim.batch_layout import NUM_FIELDS, OUT_LEN, ROW_END
 from sparksim.profile import write_profile
 from sparksim.traces import write_traceset
 
@@ -27,6 +28,10 @@ def compiled_kernels() -> None:
         step_s.flags.writeable = writeable
         kernels.theta_scan(gains, 1.0, step_s, True)
     kernels.count_at_least(np.full((2, 3), 0.5), 0.5)
+    state = np.zeros((NUM_FIELDS, 2), dtype=np.int64)
+    state[OUT_LEN], state[ROW_END] = 5, 5
+    ones = np.ones(2, dtype=np.int64)
+    kernels.advance(state, 2, ones, np.ones(8, dtype=np.int64), np.zeros(16, dtype=np.int64), 3)
 
 
 PROFILE_CARD = {

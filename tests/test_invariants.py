@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from sparksim import kernels
 from sparksim.invariants import check_run
-from sparksim.policies import REGISTRY, kernels
+from sparksim.policies import REGISTRY
 from sparksim.runner import check_determinism, load_scenario, simulate, write_results
 
 WORKLOADS = {
@@ -77,14 +78,17 @@ def test_inv5_same_seed_gives_byte_identical_results(
     assert check_determinism(sc, base, simulate(sc, base), strict=False) == []
 
 
-@pytest.mark.skipif(kernels.numba_theta_scan is None, reason="numba is not installed")
-@pytest.mark.parametrize("policy", ["greedy", "two-step"])
+@pytest.mark.skipif(kernels.NUMBA is None, reason="numba is not installed")
+@pytest.mark.parametrize(("policy", "extra"), [
+    ("greedy", []), ("two-step", []), ("static", ["policy.gamma=0"]),
+    ("greedy", ["cluster.prefill.mode=colocated"]),
+])
 def test_inv5_holds_across_kernel_backends(
-    policy: str, sloped_profile: Path, varied_traces: Path, tmp_path: Path
+    policy: str, extra: list[str], sloped_profile: Path, varied_traces: Path, tmp_path: Path
 ) -> None:
     # Why: whether a machine has numba must not change a single result byte.
     sets = [f"profile={sloped_profile}", f"traces={varied_traces}", "run.duration_s=3",
-            "workload.kind=poisson", "workload.rate=50"]
+            "workload.kind=poisson", "workload.rate=50", *extra]
     before, outs = kernels.BACKEND, []
     try:
         for backend in ("numba", "numpy"):
@@ -93,7 +97,7 @@ def test_inv5_holds_across_kernel_backends(
             outs.append(write_results(simulate(sc, base), tmp_path / backend))
     finally:
         kernels.use(before)
-    for name in ("summary.json", "requests.parquet"):
+    for name in ("summary.json", "requests.parquet", "steps.parquet"):
         assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes(), name
 
 

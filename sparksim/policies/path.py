@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from sparksim.policies import kernels
+from sparksim import kernels
 from sparksim.policies.base import Lengths, StepBatch, StepCost
 from sparksim.profile import Profile
 

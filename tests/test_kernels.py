@@ -16,11 +16,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from numpy.typing import NDArray
 
-from sparksim.policies import kernels, make_policy
+from sparksim import kernels
+from sparksim.batch_layout import (
+    ACCEPTED,
+    CONTEXT,
+    EMITTED,
+    NUM_FIELDS,
+    OUT_LEN,
+    ROW,
+    ROW_END,
+    STEPS,
+)
+from sparksim.policies import make_policy
 from tests.policy_helpers import CONF_GRID, batches, confidences
 
 pytestmark = pytest.mark.filterwarnings("ignore::sparksim.profile.ProfileWarning")
-numba_only = pytest.mark.skipif(kernels.numba_theta_scan is None, reason="numba is not installed")
+numba_only = pytest.mark.skipif(kernels.NUMBA is None, reason="numba is not installed")
 
 
 @contextmanager
@@ -68,8 +79,8 @@ def test_the_numpy_walk_is_algorithm_1_one_admission_at_a_time(path, early_stop)
 @given(paths(), st.booleans())
 def test_the_compiled_walk_gives_the_numpy_cut_and_tau_bit_for_bit(path, early_stop) -> None:
     gains, tau, step_s = path
-    assert kernels.numba_theta_scan is not None
-    got = kernels.numba_theta_scan(gains, tau, step_s, early_stop)
+    assert kernels.NUMBA is not None
+    got = kernels.NUMBA.theta_scan(gains, tau, step_s, early_stop)
     assert got == kernels.theta_scan_numpy(gains, tau, step_s, early_stop)
 
 
@@ -78,8 +89,8 @@ def test_the_compiled_walk_gives_the_numpy_cut_and_tau_bit_for_bit(path, early_s
 @given(confidences(max_requests=9, max_gamma=20), st.sampled_from(CONF_GRID))
 def test_the_compiled_counts_match_numpy_on_rows_of_any_width(conf, v) -> None:
     survival = np.cumprod(conf, axis=1)
-    assert kernels.numba_count_at_least is not None
-    got = kernels.numba_count_at_least(survival, v)
+    assert kernels.NUMBA is not None
+    got = kernels.NUMBA.count_at_least(survival, v)
     np.testing.assert_array_equal(got, kernels.count_at_least_numpy(survival, v))
     np.testing.assert_array_equal(got, (survival >= v).sum(axis=1))
 
@@ -99,10 +110,54 @@ def test_every_path_policy_decides_the_same_under_either_backend(steps, name) ->
     assert decisions["numpy"] == decisions["numba"]
 
 
+@st.composite
+def steps(draw: st.DrawFn) -> tuple[NDArray[np.int64], int, NDArray[np.int64], NDArray[np.int64], int]:
+    """Draw a running batch mid-run: trace rows, emitted counts near the output length, ℓ."""
+    gamma = draw(st.integers(1, 7))
+    n = draw(st.integers(0, 12))
+    trace_accepted = np.array(draw(st.lists(st.integers(0, gamma), min_size=60, max_size=60)))
+    state = np.zeros((NUM_FIELDS, n + 3), dtype=np.int64)  # spare slots must stay untouched
+    for i in range(n):
+        state[ROW, i] = draw(st.integers(0, 50))
+        state[ROW_END, i] = draw(st.integers(state[ROW, i] + 1, 60))
+        state[OUT_LEN, i] = draw(st.integers(1, 40))
+        state[EMITTED, i] = draw(st.integers(0, state[OUT_LEN, i] - 1))
+        state[CONTEXT, i] = 100 + state[EMITTED, i]
+    state[STEPS:ACCEPTED + 1, :n] = draw(st.integers(0, 9))
+    lengths = np.array(draw(st.lists(st.integers(0, gamma), min_size=n, max_size=n)), dtype=np.int64)
+    return state, n, lengths, trace_accepted, gamma
+
+
+@numba_only
+@settings(max_examples=150, deadline=None)
+@given(steps(), st.booleans())
+def test_the_compiled_step_advances_the_batch_exactly_as_numpy_does(step, count_joint) -> None:
+    state, n, lengths, trace_accepted, gamma = step
+    assert kernels.NUMBA is not None
+    results = []
+    for advance in (kernels.advance_numpy, kernels.NUMBA.advance):
+        s = state.copy()
+        joint = np.zeros((gamma + 1) ** 2 if count_joint else 0, dtype=np.int64)
+        ok, emitted, done, past = advance(s, n, lengths, trace_accepted, joint, gamma)
+        results.append((ok.tolist(), emitted, done, past, s.tolist(), joint.tolist()))
+    assert results[0] == results[1]
+    ok, emitted, done, past, after, joint = results[0]
+    after = np.array(after)
+    # the replay rule itself, and every counter, against the state before the step
+    emit = after[EMITTED] - state[EMITTED]
+    assert ok == np.minimum(lengths, trace_accepted[state[ROW, :n]]).tolist()
+    assert emit[:n].tolist() == np.minimum(np.array(ok, dtype=np.int64) + 1, state[OUT_LEN, :n] - state[EMITTED, :n]).tolist()
+    assert emitted == int(emit.sum()) and (emit[n:] == 0).all()
+    np.testing.assert_array_equal(after[ROW] - state[ROW], emit)
+    np.testing.assert_array_equal(after[CONTEXT] - state[CONTEXT], emit)
+    assert done == bool((after[EMITTED, :n] >= after[OUT_LEN, :n]).any())
+    assert sum(joint) == (n if count_joint else 0)
+
+
 def test_sparksim_kernels_numpy_selects_the_numpy_backend() -> None:
     env = {**os.environ, "SPARKSIM_KERNELS": "numpy"}
     out = subprocess.run(
-        [sys.executable, "-c", "from sparksim.policies import kernels; print(kernels.BACKEND)"],
+        [sys.executable, "-c", "from sparksim import kernels; print(kernels.BACKEND)"],
         env=env, capture_output=True, text=True, check=True,
     )
     assert out.stdout.strip() == "numpy"

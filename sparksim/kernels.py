@@ -1,4 +1,4 @@
-"""The two loops along the path that numpy cannot fuse: the Θ walk and the fill's row counts.
+"""The loops numpy cannot fuse: the policies' Θ walk and fill counts, and the engine's step.
 
 `theta_scan` walks Θ_k = τ_k / step_s[k] with τ_0 = `tau_start` and τ_k = τ_{k-1} + gains[k-1]
 (summed left to right, as Algorithm 1 admits them) and returns either the first k after
@@ -7,22 +7,29 @@ that is a cumulative sum, a division and an argmax, three passes over R·γ valu
 1 µs of call overhead each, on top of a cumulative sum as slow as the sort itself; one
 compiled loop does it in one pass. `count_at_least` counts, per request, the survivals at
 or above the fill's threshold: a reduction along the short γ axis, which numpy does slowly.
+`advance` applies one engine step to the running batch (the replay rule of
+`sparksim.acceptance`, the state counters, the (ℓ, accepted) histogram and the finished /
+out-of-trace checks): some fifteen small array operations at R = 64, in one loop.
 
 Each kernel exists twice. The numba versions (the `fast` extra) run when numba imports and
-`SPARKSIM_KERNELS` is not `numpy`; the numpy versions run otherwise. Both give bit-identical
+`SPARKSIM_KERNELS` is not `numpy`; the numpy versions run otherwise. Both give identical
 results: the same additions in the same order, the same divisions, the same tie rule
-(tests/test_policies_kernels.py draws inputs and compares them). Policies call them as
-`kernels.theta_scan(...)`, looked up at call time, so a test can swap the backend.
+(tests/test_kernels.py draws inputs and compares them; tests/test_invariants.py compares
+whole runs byte for byte). Callers look them up at call time (`kernels.theta_scan(...)`),
+so `use` can switch the backend, e.g. in a test or a benchmark.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
+
+from sparksim.acceptance import replay_step
+from sparksim.batch_layout import ACCEPTED, CONTEXT, EMITTED, OUT_LEN, ROW, ROW_END, STEPS, VERIFIED
 
 _TAU_HEAD = np.zeros(1)
 
@@ -65,6 +72,34 @@ def count_at_least_numpy(survival: NDArray[np.float64], v: float) -> NDArray[np.
     return counts.astype(np.int64)
 
 
+def advance_numpy(
+    state: NDArray[np.int64], n: int, lengths: NDArray[np.int64], trace_accepted: NDArray[np.int64],
+    joint: NDArray[np.int64], gamma: int,
+) -> tuple[NDArray[np.int64], int, bool, bool]:
+    """Apply one step to slots 0..n-1 of the batch `state`; return what the engine reads next.
+
+    Each request verifies lengths[i] drafts against the trace's accepted count at its row
+    (`replay_step`), emits, and advances ROW, EMITTED and CONTEXT by the tokens emitted,
+    STEPS by one, VERIFIED by ℓ and ACCEPTED by the drafts that count after the cut. When
+    `joint` ((γ + 1)² counts, flat) is not empty, each (ℓ, accepted drafts) pair is counted
+    in it at ℓ·(γ + 1) + accepted (the acceptance statistics ignore the output-length cut).
+
+    Returns (accepted drafts per request before the cut, tokens emitted in all, whether
+    any request finished, whether any unfinished one ran past its trace request's rows).
+    """
+    rows = state[ROW, :n]
+    drafted_ok, emit = replay_step(lengths, trace_accepted[rows], state[OUT_LEN, :n] - state[EMITTED, :n])
+    state[ROW : CONTEXT + 1, :n] += emit  # ROW, EMITTED, CONTEXT advance together
+    state[STEPS, :n] += 1
+    state[VERIFIED, :n] += lengths
+    state[ACCEPTED, :n] += emit - 1
+    if joint.size:
+        joint += np.bincount(lengths * (gamma + 1) + drafted_ok, minlength=joint.size)
+    done = state[EMITTED, :n] >= state[OUT_LEN, :n]
+    past = ~done & (state[ROW, :n] >= state[ROW_END, :n])
+    return drafted_ok, int(emit.sum()), bool(done.any()), bool(past.any())
+
+
 def _theta_scan_loop(
     gains: NDArray[np.float64], tau_start: float, step_s: NDArray[np.float64], early_stop: bool
 ) -> tuple[int, float]:
@@ -97,34 +132,78 @@ def _count_at_least_loop(survival: NDArray[np.float64], v: float) -> NDArray[np.
     return counts
 
 
-def _compile() -> tuple[str, Callable[..., Any] | None, Callable[..., Any] | None]:
+def _advance_loop(
+    state: NDArray[np.int64], n: int, lengths: NDArray[np.int64], trace_accepted: NDArray[np.int64],
+    joint: NDArray[np.int64], gamma: int,
+) -> tuple[NDArray[np.int64], int, bool, bool]:
+    """The same step as `advance_numpy`, one request at a time (compiled by numba)."""
+    g1 = gamma + 1
+    drafted_ok = np.empty(n, dtype=np.int64)
+    emitted_total, any_done, any_past = 0, False, False
+    for i in range(n):
+        ell = lengths[i]
+        ok = min(ell, trace_accepted[state[ROW, i]])  # the replay rule (sparksim.acceptance)
+        emit = min(ok + 1, state[OUT_LEN, i] - state[EMITTED, i])
+        drafted_ok[i] = ok
+        state[ROW, i] += emit
+        state[EMITTED, i] += emit
+        state[CONTEXT, i] += emit
+        state[STEPS, i] += 1
+        state[VERIFIED, i] += ell
+        state[ACCEPTED, i] += emit - 1
+        emitted_total += emit
+        if joint.size:
+            joint[ell * g1 + ok] += 1
+        if state[EMITTED, i] >= state[OUT_LEN, i]:
+            any_done = True
+        elif state[ROW, i] >= state[ROW_END, i]:
+            any_past = True
+    return drafted_ok, emitted_total, any_done, any_past
+
+
+class Kernels(NamedTuple):
+    """One backend's three kernels."""
+
+    theta_scan: Callable[..., Any]
+    count_at_least: Callable[..., Any]
+    advance: Callable[..., Any]
+
+
+NUMPY = Kernels(theta_scan_numpy, count_at_least_numpy, advance_numpy)
+
+
+def _compile() -> Kernels | None:
     if os.environ.get("SPARKSIM_KERNELS", "").lower() == "numpy":
-        return "numpy", None, None
+        return None
     try:
         import numba
     except ImportError:
-        return "numpy", None, None
+        return None
     # Compiled on first call for each array layout (≈0.5 s), cached on disk beside this file.
     jit = numba.njit(cache=True, nogil=True)
-    return "numba", jit(_theta_scan_loop), jit(_count_at_least_loop)
+    return Kernels(jit(_theta_scan_loop), jit(_count_at_least_loop), jit(_advance_loop))
 
 
-BACKEND, numba_theta_scan, numba_count_at_least = _compile()
+NUMBA: Kernels | None = _compile()
 
 theta_scan: Callable[[NDArray[np.float64], float, NDArray[np.float64], bool], tuple[int, float]]
 count_at_least: Callable[[NDArray[np.float64], float], NDArray[np.int64]]
-theta_scan = numba_theta_scan or theta_scan_numpy
-count_at_least = numba_count_at_least or count_at_least_numpy
+advance: Callable[
+    [NDArray[np.int64], int, NDArray[np.int64], NDArray[np.int64], NDArray[np.int64], int],
+    tuple[NDArray[np.int64], int, bool, bool],
+]
+BACKEND = "numba" if NUMBA is not None else "numpy"
+theta_scan, count_at_least, advance = NUMBA if NUMBA is not None else NUMPY
 
 
 def use(backend: str) -> None:
     """Switch the kernels to `backend` ("numba" or "numpy"), e.g. to compare the two."""
-    global theta_scan, count_at_least, BACKEND
+    global theta_scan, count_at_least, advance, BACKEND
     if backend == "numpy":
-        theta_scan, count_at_least = theta_scan_numpy, count_at_least_numpy
-    elif backend == "numba" and numba_theta_scan is not None and numba_count_at_least is not None:
-        theta_scan, count_at_least = numba_theta_scan, numba_count_at_least
+        theta_scan, count_at_least, advance = NUMPY
+    elif backend == "numba" and NUMBA is not None:
+        theta_scan, count_at_least, advance = NUMBA
     else:
         raise ValueError(f"kernel backend {backend!r} is not available (numba installed: "
-                         f"{numba_theta_scan is not None}); use 'numba' or 'numpy'")
+                         f"{NUMBA is not None}); use 'numba' or 'numpy'")
     BACKEND = backend

@@ -1,0 +1,22 @@
+"""The running batch's layout: one row of `Engine.state` (int64) per field, one column per slot.
+
+Slots 0..n-1 hold the running requests. ROW, EMITTED and CONTEXT are adjacent so one
+slice advances all three by the emitted tokens. The engine and the compiled step kernel
+(`sparksim.kernels.advance`) both index the state by these names.
+"""
+
+from __future__ import annotations
+
+ROW = 0  # next trace row to replay
+EMITTED = 1  # output tokens emitted so far
+CONTEXT = 2  # KV tokens held: prompt + emitted
+STEPS = 3  # decode steps taken
+VERIFIED = 4  # drafts verified so far
+ACCEPTED = 5  # drafts accepted so far (after the output-length cut)
+RID = 6  # engine-wide request id
+ROW_END = 7  # end of the current trace request's rows
+OUT_LEN = 8  # output tokens the request will emit in all
+DOM = 9  # domain index
+TRACE_CUR = 10  # which trace request it replays
+ADMIT_SEQ = 11  # first admission's order (preemption takes the newest)
+NUM_FIELDS = 12
