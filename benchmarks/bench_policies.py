@@ -15,7 +15,7 @@ every k needs, timed the same way.
     .venv/bin/python benchmarks/bench_policies.py --quick    # R = 256, γ = 7 only
     .venv/bin/python benchmarks/bench_policies.py --quick --kernels numpy   # without numba
 
-The path policies walk Θ and count the fill in `sparksim.policies.kernels`: compiled by
+The path policies walk Θ and count the fill in `sparksim.kernels`: compiled by
 numba when it is installed (the `fast` extra), numpy otherwise. The header says which.
 """
 

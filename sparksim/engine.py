@@ -1,9 +1,10 @@
 """One decode replica as a SimPy process: admit, verify, replay acceptance, emit, repeat.
 
-The running batch is a struct of arrays (one slot per running request, rows 0..n-1), so
-a step is a fixed number of NumPy operations whatever R is: gather the trace rows'
-confidences, ask the policy for ℓ, replay acceptance (`sparksim.acceptance`), advance
-every request, and pay step_s = draft_s(R) + verify_s(B, context) from the profile.
+The running batch is a struct of arrays (one slot per running request, rows 0..n-1, laid
+out in `sparksim.batch_layout`), so a step is a fixed number of array operations whatever
+R is: gather the trace rows' confidences, ask the policy for ℓ, pay step_s = draft_s(R) +
+verify_s(B, context) from the profile, then replay acceptance (`sparksim.acceptance`) and
+advance every request in one pass (`sparksim.kernels.advance`).
 Python loops run only over requests that join, finish, are preempted or run out of trace
 — events, not steps.
 
