@@ -11,8 +11,9 @@ or above the fill's threshold: a reduction along the short γ axis, which numpy 
 `sparksim.acceptance`, the state counters, the (ℓ, accepted) histogram and the finished /
 out-of-trace checks): some fifteen small array operations at R = 64, in one loop.
 
-Each kernel exists twice. The numba versions (the `fast` extra) run when numba imports and
-`SPARKSIM_KERNELS` is not `numpy`; the numpy versions run otherwise. Both give identical
+Each kernel exists twice. The numba versions (the `fast` extra) run when numba is installed
+and `SPARKSIM_KERNELS` is not `numpy` (numba is imported on the first kernel call, not
+with this module); the numpy versions run otherwise. Both give identical
 results: the same additions in the same order, the same divisions, the same tie rule
 (tests/test_kernels.py draws inputs and compares them; tests/test_invariants.py compares
 whole runs byte for byte). Callers look them up at call time (`kernels.theta_scan(...)`),
@@ -21,6 +22,8 @@ so `use` can switch the backend, e.g. in a test or a benchmark.
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -171,20 +174,30 @@ class Kernels(NamedTuple):
 
 NUMPY = Kernels(theta_scan_numpy, count_at_least_numpy, advance_numpy)
 
+# Whether numba is installed, found without importing it: importing numba loads LLVM
+# (about 0.3 s and 60 MB), which a command that never steps an engine should not pay.
+HAVE_NUMBA = importlib.util.find_spec("numba") is not None
 
-def _compile() -> Kernels | None:
-    if os.environ.get("SPARKSIM_KERNELS", "").lower() == "numpy":
-        return None
-    try:
-        import numba
-    except ImportError:
-        return None
-    # Compiled on first call for each array layout (≈0.5 s), cached on disk beside this file.
+
+@functools.cache
+def numba_kernels() -> Kernels:
+    """Return the numba-compiled kernels (imports numba; each compiles on its first call
+    for each array layout, about 0.5 s, and is cached on disk beside this file)."""
+    import numba
+
     jit = numba.njit(cache=True, nogil=True)
     return Kernels(jit(_theta_scan_loop), jit(_count_at_least_loop), jit(_advance_loop))
 
 
-NUMBA: Kernels | None = _compile()
+def _on_first_call(name: str) -> Callable[..., Any]:
+    """Return a stand-in for kernel `name` that binds the numba kernels, then runs."""
+
+    def first_call(*args: Any) -> Any:
+        use("numba")
+        return getattr(numba_kernels(), name)(*args)
+
+    return first_call
+
 
 theta_scan: Callable[[NDArray[np.float64], float, NDArray[np.float64], bool], tuple[int, float]]
 count_at_least: Callable[[NDArray[np.float64], float], NDArray[np.int64]]
@@ -192,8 +205,12 @@ advance: Callable[
     [NDArray[np.int64], int, NDArray[np.int64], NDArray[np.int64], NDArray[np.int64], int],
     tuple[NDArray[np.int64], int, bool, bool],
 ]
-BACKEND = "numba" if NUMBA is not None else "numpy"
-theta_scan, count_at_least, advance = NUMBA if NUMBA is not None else NUMPY
+if HAVE_NUMBA and os.environ.get("SPARKSIM_KERNELS", "").lower() != "numpy":
+    BACKEND = "numba"
+    theta_scan, count_at_least, advance = (_on_first_call(name) for name in Kernels._fields)
+else:
+    BACKEND = "numpy"
+    theta_scan, count_at_least, advance = NUMPY
 
 
 def use(backend: str) -> None:
@@ -201,9 +218,9 @@ def use(backend: str) -> None:
     global theta_scan, count_at_least, advance, BACKEND
     if backend == "numpy":
         theta_scan, count_at_least, advance = NUMPY
-    elif backend == "numba" and NUMBA is not None:
-        theta_scan, count_at_least, advance = NUMBA
+    elif backend == "numba" and HAVE_NUMBA:
+        theta_scan, count_at_least, advance = numba_kernels()
     else:
         raise ValueError(f"kernel backend {backend!r} is not available (numba installed: "
-                         f"{NUMBA is not None}); use 'numba' or 'numpy'")
+                         f"{HAVE_NUMBA}); use 'numba' or 'numpy'")
     BACKEND = backend

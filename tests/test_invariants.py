@@ -78,7 +78,7 @@ def test_inv5_same_seed_gives_byte_identical_results(
     assert check_determinism(sc, base, simulate(sc, base), strict=False) == []
 
 
-@pytest.mark.skipif(kernels.NUMBA is None, reason="numba is not installed")
+@pytest.mark.skipif(not kernels.HAVE_NUMBA, reason="numba is not installed")
 @pytest.mark.parametrize(("policy", "extra"), [
     ("greedy", []), ("two-step", []), ("static", ["policy.gamma=0"]),
     ("greedy", ["cluster.prefill.mode=colocated"]),

@@ -31,7 +31,7 @@ from sparksim.policies import make_policy
 from tests.policy_helpers import CONF_GRID, batches, confidences
 
 pytestmark = pytest.mark.filterwarnings("ignore::sparksim.profile.ProfileWarning")
-numba_only = pytest.mark.skipif(kernels.NUMBA is None, reason="numba is not installed")
+numba_only = pytest.mark.skipif(not kernels.HAVE_NUMBA, reason="numba is not installed")
 
 
 @contextmanager
@@ -79,8 +79,7 @@ def test_the_numpy_walk_is_algorithm_1_one_admission_at_a_time(path, early_stop)
 @given(paths(), st.booleans())
 def test_the_compiled_walk_gives_the_numpy_cut_and_tau_bit_for_bit(path, early_stop) -> None:
     gains, tau, step_s = path
-    assert kernels.NUMBA is not None
-    got = kernels.NUMBA.theta_scan(gains, tau, step_s, early_stop)
+    got = kernels.numba_kernels().theta_scan(gains, tau, step_s, early_stop)
     assert got == kernels.theta_scan_numpy(gains, tau, step_s, early_stop)
 
 
@@ -89,8 +88,7 @@ def test_the_compiled_walk_gives_the_numpy_cut_and_tau_bit_for_bit(path, early_s
 @given(confidences(max_requests=9, max_gamma=20), st.sampled_from(CONF_GRID))
 def test_the_compiled_counts_match_numpy_on_rows_of_any_width(conf, v) -> None:
     survival = np.cumprod(conf, axis=1)
-    assert kernels.NUMBA is not None
-    got = kernels.NUMBA.count_at_least(survival, v)
+    got = kernels.numba_kernels().count_at_least(survival, v)
     np.testing.assert_array_equal(got, kernels.count_at_least_numpy(survival, v))
     np.testing.assert_array_equal(got, (survival >= v).sum(axis=1))
 
@@ -133,9 +131,8 @@ def steps(draw: st.DrawFn) -> tuple[NDArray[np.int64], int, NDArray[np.int64], N
 @given(steps(), st.booleans())
 def test_the_compiled_step_advances_the_batch_exactly_as_numpy_does(step, count_joint) -> None:
     state, n, lengths, trace_accepted, gamma = step
-    assert kernels.NUMBA is not None
     results = []
-    for advance in (kernels.advance_numpy, kernels.NUMBA.advance):
+    for advance in (kernels.advance_numpy, kernels.numba_kernels().advance):
         s = state.copy()
         joint = np.zeros((gamma + 1) ** 2 if count_joint else 0, dtype=np.int64)
         ok, emitted, done, past = advance(s, n, lengths, trace_accepted, joint, gamma)
@@ -161,6 +158,20 @@ def test_sparksim_kernels_numpy_selects_the_numpy_backend() -> None:
         env=env, capture_output=True, text=True, check=True,
     )
     assert out.stdout.strip() == "numpy"
+
+
+@numba_only
+def test_numba_is_imported_on_the_first_kernel_call_not_with_the_package() -> None:
+    # Why: numba loads LLVM (time and memory); `sparksim policies` or `validate` never step.
+    code = (
+        "import sys; import numpy as np; import sparksim.cli, sparksim.policies, sparksim.engine; "
+        "from sparksim import kernels; before = 'numba' in sys.modules; "
+        "kernels.count_at_least(np.full((2, 3), 0.5), 0.5); "
+        "print(before, 'numba' in sys.modules, kernels.BACKEND)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={k: v for k, v in os.environ.items() if k != "SPARKSIM_KERNELS"})
+    assert out.stdout.split() == ["False", "True", "numba"]
 
 
 def test_an_unknown_backend_is_an_error_naming_the_choices() -> None:
