@@ -34,8 +34,6 @@ from numpy.typing import NDArray
 from sparksim.acceptance import replay_step
 from sparksim.batch_layout import ACCEPTED, CONTEXT, EMITTED, OUT_LEN, ROW, ROW_END, STEPS, VERIFIED
 
-_TAU_HEAD = np.zeros(1)
-
 
 def theta_scan_numpy(
     gains: NDArray[np.float64], tau_start: float, step_s: NDArray[np.float64], early_stop: bool
@@ -46,9 +44,7 @@ def theta_scan_numpy(
     admission raises it); otherwise k is the smallest index of Θ's maximum. τ_k lets a
     caller that walks a long path in pieces carry τ into the next piece.
     """
-    head = _TAU_HEAD.copy()
-    head[0] = tau_start
-    tau = np.concatenate((head, gains)).cumsum()  # τ_0 .. τ_n, left to right from τ_0
+    tau = np.concatenate((np.full(1, tau_start), gains)).cumsum()  # τ_0 .. τ_n, left to right
     theta = tau / step_s
     if early_stop:
         worse = theta[1:] <= theta[:-1]
