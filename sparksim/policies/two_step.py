@@ -151,9 +151,11 @@ def stale_rows(
     sorted_ids = stale_ids[order]
     pos = np.minimum(np.searchsorted(sorted_ids, ids), sorted_ids.size - 1)
     present = sorted_ids[pos] == ids  # (R,)
-    kept = stale_survival[order[pos[present]]]
-    joined = ids.size - kept.shape[0]
-    if joined == 0:
-        return kept
-    mean_row = stale_survival.mean(axis=0)
-    return np.vstack([kept, np.broadcast_to(mean_row, (joined, mean_row.size))])
+    rows = order[pos[present]]
+    if rows.size == ids.size:
+        return stale_survival[rows]
+    # np.vstack, np.broadcast_to and .mean cost more than the rows themselves at this size
+    out = np.empty((ids.size, stale_survival.shape[1]))
+    stale_survival.take(rows, axis=0, out=out[: rows.size])
+    out[rows.size :] = stale_survival.sum(axis=0) / stale_survival.shape[0]
+    return out
