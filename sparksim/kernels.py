@@ -35,6 +35,13 @@ from sparksim.acceptance import replay_step
 from sparksim.batch_layout import ACCEPTED, CONTEXT, EMITTED, OUT_LEN, ROW, ROW_END, STEPS, VERIFIED
 
 
+def first_non_improvement(values: NDArray[np.float64]) -> int:
+    """Return the index before the first entry that does not exceed its predecessor (len - 1 if none)."""
+    worse = values[1:] <= values[:-1]
+    stop = int(worse.argmax()) if worse.size else 0
+    return stop if worse.size and worse[stop] else int(values.size) - 1
+
+
 def theta_scan_numpy(
     gains: NDArray[np.float64], tau_start: float, step_s: NDArray[np.float64], early_stop: bool
 ) -> tuple[int, float]:
@@ -46,12 +53,7 @@ def theta_scan_numpy(
     """
     tau = np.concatenate((np.full(1, tau_start), gains)).cumsum()  # τ_0 .. τ_n, left to right
     theta = tau / step_s
-    if early_stop:
-        worse = theta[1:] <= theta[:-1]
-        stop = int(worse.argmax()) if worse.size else 0
-        k = stop if worse.size and worse[stop] else gains.size
-    else:
-        k = int(theta.argmax())
+    k = first_non_improvement(theta) if early_stop else int(theta.argmax())
     return k, float(tau[k])
 
 

@@ -247,13 +247,6 @@ class Path:
         return np.concatenate((_ZERO_FLOAT, sums)) if zero_first else sums
 
 
-def first_non_improvement(values: NDArray[np.float64]) -> int:
-    """Return the index before the first entry that does not exceed its predecessor (len - 1 if none)."""
-    worse = values[1:] <= values[:-1]
-    stop = int(worse.argmax()) if worse.size else 0
-    return stop if worse.size and worse[stop] else int(values.size) - 1
-
-
 def batch_path(
     batch: StepBatch,
     table: CostTable,
