@@ -30,7 +30,7 @@ import numpy as np
 from sparksim import kernels
 from sparksim.policies import REGISTRY, make_policy
 from sparksim.policies.base import StepBatch
-from sparksim.profile import Profile
+from sparksim.profile import DraftTable, Profile
 
 GRAPH_SIZES = [1, 2, 4, *range(8, 513, 8)]  # vLLM's default CUDA-graph capture sizes
 
@@ -46,8 +46,8 @@ def staircase_profile() -> Profile:
         tokens=tokens,
         contexts=np.array([np.nan]),
         step_ms=step_ms[None, :],
-        draft_requests=requests,
-        draft_ms=0.4 + 0.002 * requests,
+        drafters={"default": DraftTable.full_block("default", requests, 0.4 + 0.002 * requests)},
+        default_drafter="default",
     )
 
 

@@ -39,8 +39,6 @@ def appendix_a_profile() -> Profile:
         tokens=tokens,
         contexts=np.array([np.nan]),
         step_ms=(1e3 / np.array([1.0, 0.5, 0.45]))[None, :],
-        draft_requests=np.empty(0),
-        draft_ms=np.empty(0),
     )
 
 

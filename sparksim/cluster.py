@@ -1,16 +1,18 @@
 """The serving cluster in SimPy: arrivals, the prefill pool, the router and the decode replicas.
 
 `Cluster` wires the workload's arrival process to the engines. With disaggregated
-prefill a request queues for one of the prefill instances (TTFT includes that queue),
-emits its first token when its prefill ends, waits for its KV transfer, and is routed to
-a decode replica. With colocated prefill it is routed on arrival and its prompt is
+prefill a request queues for the prefill instances (TTFT includes that queue); a free
+instance takes every waiting prompt that fits its token budget, first come first served,
+as one batch; each emits its first token when the batch ends, waits for its KV transfer,
+and is routed to a decode replica. With colocated prefill it is routed on arrival and its prompt is
 chunked into the replica's steps.
 """
 
 from __future__ import annotations
 
-import heapq
+import functools
 import math
+from collections import deque
 from collections.abc import Generator
 from pathlib import Path
 from typing import Any
@@ -78,13 +80,19 @@ class Cluster:
             )
             for i in range(scenario.cluster.replicas)
         ]
-        self._prefill_free_at = [0.0] * scenario.cluster.prefill.instances  # heap, per instance
+        self._prefill_queue: deque[Request] = deque()
+        self._prefill_idle = scenario.cluster.prefill.instances  # instances with nothing to do
+        self.prefill_batches = 0
         self.next_id = 0
         self.rr_next = 0
         self.arrived = 0
         self.arrived_in_window = 0
         self.finished = 0
         self.prefilling = 0  # in the disaggregated pool or its KV transfer
+        # an open loop with a request limit (or a replay) ends when its last request finishes
+        self._arrivals_over = False
+        self._drained = self.env.event()
+        self.ended_at: float | None = None  # when the last request finished, if before the horizon
         self._lengths_from_traces = scenario.workload.lengths.source == "traces"
         self._trace_prompt = traces.requests["prompt_tokens"].to_numpy(np.int64)
         self._trace_output = traces.requests["output_tokens"].to_numpy(np.int64)
@@ -141,19 +149,36 @@ class Cluster:
         return min(self.engines, key=lambda e: (e.outstanding, e.replica))
 
     def _disaggregated_prefill(self, req: Request) -> None:
-        """Queue a prompt on the prefill pool: FIFO over `instances` servers.
+        """Queue a prompt on the prefill pool and start a batch if an instance is idle."""
+        self._prefill_queue.append(req)
+        self._start_prefill_batches()
 
-        Service times are known on arrival (the prefill profile) and arrivals come in time
-        order, so FIFO assignment to the earliest-free instance is the exact M/G/c queue
-        without one SimPy process per request: one timed callback fires at the first token.
+    def _start_prefill_batches(self) -> None:
+        """Give each idle instance a batch: whole prompts, FCFS, while they fit its token budget.
+
+        The first prompt always goes (a prompt over the budget runs alone); the batch stops at
+        the first prompt that does not fit, as DistServe's and vLLM's prefill schedulers do.
+        One timed callback per batch, no SimPy process per request.
         """
-        now = self.env.now
-        free_at = heapq.heappop(self._prefill_free_at)
-        start = max(now, free_at)
-        done_at = start + self.prefill_profile.verify_s_scalar(req.spec.prompt_tokens, 0.0)
-        heapq.heappush(self._prefill_free_at, done_at)
-        ev = self.env.timeout(done_at - now)
-        ev.callbacks.append(lambda _ev: self._first_token(req))
+        budget = self.scenario.cluster.prefill.max_batch_tokens
+        queue = self._prefill_queue
+        while self._prefill_idle and queue:
+            batch = [queue.popleft()]
+            left = budget - batch[0].spec.prompt_tokens
+            while queue and queue[0].spec.prompt_tokens <= left:
+                left -= queue[0].spec.prompt_tokens
+                batch.append(queue.popleft())
+            self._prefill_idle -= 1
+            self.prefill_batches += 1
+            service_s = self.prefill_profile.prefill_s([r.spec.prompt_tokens for r in batch])
+            ev = self.env.timeout(service_s)
+            ev.callbacks.append(functools.partial(self._prefill_batch_done, batch))
+
+    def _prefill_batch_done(self, batch: list[Request], _ev: simpy.Event) -> None:
+        self._prefill_idle += 1
+        for req in batch:
+            self._first_token(req)
+        self._start_prefill_batches()
 
     def _first_token(self, req: Request) -> None:
         """The prefill emitted the first token; its KV cache now travels to a decode replica."""
@@ -183,6 +208,8 @@ class Cluster:
 
     def _finished(self, req: Request) -> None:
         self.finished += 1
+        if self._arrivals_over and self.finished == self.arrived and not self._drained.triggered:
+            self._drained.succeed()
         s = req.spec
         self.request_records.append_row((
             s.request_id, s.user, req.replica, s.domain, s.trace_request, s.arrival_at,
@@ -210,9 +237,12 @@ class Cluster:
         limit = self.scenario.run.max_requests or math.inf
         count = 0
         while count < limit:
-            yield self.env.timeout(interarrival_s(self.rng_workload, wl))
+            # the first request arrives at t = 0 (as DistServe's and vLLM's benchmarks send it)
+            if count:
+                yield self.env.timeout(interarrival_s(self.rng_workload, wl))
             self.submit(self.new_request(self.env.now))
             count += 1
+        self._arrivals_over = True
 
     def _replay(self) -> Generator[simpy.Event, Any, None]:
         wl = self.scenario.workload
@@ -233,6 +263,7 @@ class Cluster:
                 self.env.now, prompt=int(prompt[k]), output=int(output[k]),
                 domain=None if doms is None else doms[k],
             ))
+        self._arrivals_over = True
 
     def start_workload(self) -> None:
         wl = self.scenario.workload
@@ -245,15 +276,25 @@ class Cluster:
             self.env.process(self._open_loop())
 
     def run(self, progress: Any = None) -> None:
-        """Simulate to the horizon; `progress(sim_now)` is called about 100 times if given."""
+        """Simulate to the horizon, or until a finite workload's last request finishes.
+
+        `progress(sim_now)` is called about 100 times if given.
+        """
         self.start_workload()
         horizon = self.scenario.run.duration_s
-        if progress is None:
-            self.env.run(until=horizon)
-            return
-        for k in range(1, 101):
-            self.env.run(until=horizon * k / 100)
-            progress(self.env.now)
+        steps = 1 if progress is None else 100
+        for k in range(1, steps + 1):
+            until = horizon * k / steps
+            if not self._drained.triggered:
+                self.env.run(until=self.env.any_of([self._drained, self.env.timeout(until - self.env.now)]))
+            if self._drained.triggered:
+                self.ended_at = self.env.now
+                self.stats.window_end = min(self.stats.window_end, self.env.now)
+                break
+            if progress is not None:
+                progress(self.env.now)
+        if progress is not None:
+            progress(horizon)
 
     # ------------------------------------------------------------------ conservation
 

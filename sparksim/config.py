@@ -13,7 +13,7 @@ import difflib
 import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -39,7 +39,16 @@ class PrefillConfig(_Model):
     kv_transfer_tokens_per_s: float | None = Field(
         None, gt=0, description="disaggregated: extra transfer time = prompt tokens / this rate"
     )
-    chunk_tokens: int = Field(2048, gt=0, description="colocated: most prompt tokens one step may prefill")
+    chunk_tokens: int = Field(2048, gt=0, description="colocated, chunked: most prompt tokens one step may prefill")
+    schedule: Literal["chunked", "prefill-first"] = Field(
+        "chunked",
+        description="colocated: 'chunked' mixes prompt chunks into decode steps under the token "
+        "budget (vLLM V1); 'prefill-first' runs waiting prompts whole in prompt-only iterations "
+        "while the running requests wait (vLLM V0, DistServe's colocated mode)",
+    )
+    max_batch_tokens: int = Field(
+        8192, gt=0, description="disaggregated: most prompt tokens one prefill batch carries (whole prompts, FCFS)"
+    )
 
 
 class ClusterConfig(_Model):
@@ -49,8 +58,18 @@ class ClusterConfig(_Model):
     gpus_per_replica: int = Field(1, gt=0)
     router: Literal["round-robin", "least-outstanding"] = "round-robin"
     max_concurrency: int = Field(256, gt=0, description="running requests per replica")
-    kv_capacity_tokens: int | None = Field(
-        None, gt=0, description="KV-cache slots per replica (None: unlimited)"
+    kv_capacity_tokens: Annotated[int, Field(gt=0)] | Literal["auto", "unlimited"] = Field(
+        "auto",
+        description="KV-cache slots per replica; 'auto': from the profile card's memory figures "
+        "(unlimited when the card has none)",
+    )
+    gpu_memory_utilization: float = Field(
+        0.9, gt=0, le=1, description="auto KV capacity: share of HBM the engine may use (vLLM's default)"
+    )
+    max_context_tokens: int | None = Field(
+        None, gt=0,
+        description="most KV tokens a step's decode requests may hold; the rest wait their turn "
+        "(DistServe's decode cap); None: no cap",
     )
     max_batch_tokens: int = Field(8192, gt=0, description="token limit of one step (B cap)")
     prefill: PrefillConfig = Field(default_factory=PrefillConfig)
@@ -179,6 +198,9 @@ class Scenario(_Model):
     profile: str = "profiles/h100-qwen3-8b-analytic"
     lookup: Literal["step", "linear"] = "step"
     traces: str = "traces/synth-dspark-qwen3-8b"
+    drafter: str | None = Field(
+        None, description="drafter whose cost the engine pays (a name in the profile card's drafters; None: its default)"
+    )
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     workload: WorkloadConfig = Field(default_factory=WorkloadConfig)
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
@@ -256,12 +278,19 @@ def scenario_problems(data: Mapping[str, Any]) -> list[str]:
     try:
         Scenario.model_validate(data)
     except ValidationError as exc:
+        seen: dict[str, int] = {}
         for err in exc.errors():
-            loc = [p for p in err["loc"] if not isinstance(p, int) or True]
-            key = ".".join(str(p) for p in loc if not str(p).startswith(("function-after", "literal")))
-            value = _lookup(data, [p for p in loc if isinstance(p, str)])
+            # pydantic adds validator and union-member names to the location; keep the keys
+            loc = [p for p in err["loc"] if isinstance(p, str) and p.replace("_", "").isalnum()]
+            key = ".".join(loc)
+            value = _lookup(data, loc)
             msg = err["msg"].removeprefix("Value error, ")
-            problems.append(f"{key or 'scenario'}={value!r}: {msg}" if key else msg)
+            line = f"{key or 'scenario'}={value!r}: {msg}" if key else msg
+            if key and key in seen:  # one line per key: a union's members each complain
+                problems[seen[key]] += f"; or {msg[0].lower()}{msg[1:]}"
+                continue
+            seen[key] = len(problems)
+            problems.append(line)
     return problems
 
 

@@ -2,9 +2,10 @@
 
 The running batch is a struct of arrays (one slot per running request, rows 0..n-1, laid
 out in `sparksim.batch_layout`), so a step is a fixed number of array operations whatever
-R is: gather the trace rows' confidences, ask the policy for ℓ, pay step_s = draft_s(R) +
-verify_s(B, context) from the profile, then replay acceptance (`sparksim.acceptance`) and
-advance every request in one pass (`sparksim.kernels.advance`).
+R is: gather the trace rows' confidences, ask the policy for ℓ, pay
+step_s = draft(R, positions) + dense(B) + attention(R, ΣKV) + prompt-chunk attention from the
+profile (`sparksim.profile`), then replay acceptance (`sparksim.acceptance`) and advance every
+request in one pass (`sparksim.kernels.advance`).
 Python loops run only over requests that join, finish, are preempted or run out of trace
 — events, not steps.
 
@@ -29,6 +30,7 @@ from numpy.typing import NDArray
 from sparksim import kernels
 from sparksim.batch_layout import (
     ADMIT_SEQ,
+    CONTEXT,
     DOM,
     EMITTED,
     NUM_FIELDS,
@@ -72,6 +74,21 @@ class Request:
     on_done: list[Callable[[Request], None]] = field(default_factory=list)
 
 
+def kv_capacity_tokens(scenario: Scenario, profile: Profile) -> int | None:
+    """Return the KV-cache slots of one replica (None: unlimited).
+
+    'auto' sizes the cache from the profile card's memory figures (HBM × utilisation −
+    weights − activation reserve, over KV bytes per token), as vLLM does at start-up; a
+    card without them leaves the cache unlimited.
+    """
+    cl = scenario.cluster
+    if cl.kv_capacity_tokens == "unlimited":
+        return None
+    if cl.kv_capacity_tokens == "auto":
+        return profile.kv_capacity_tokens(cl.gpu_memory_utilization)
+    return int(cl.kv_capacity_tokens)
+
+
 _NO_JOINT = np.zeros(0, dtype=np.int64)  # `kernels.advance` counts nothing into it
 
 
@@ -109,11 +126,16 @@ class Engine:
         self.chunk_tokens = cl.prefill.chunk_tokens
         self.max_concurrency = cl.max_concurrency
         self.max_batch_tokens = cl.max_batch_tokens
-        self.kv_capacity = cl.kv_capacity_tokens if cl.kv_capacity_tokens is not None else 1 << 62
+        self.kv_capacity = kv_capacity_tokens(scenario, profile) or 1 << 62
         self.sync_decision = cl.pipeline == "sync"
         self.decision_const_s = cl.decision_s if isinstance(cl.decision_s, float) else 0.0
         self.measure_decision = cl.pipeline == "sync" and cl.decision_s == "measured"
         self.drafts = policy.drafts
+        self.draft_positions = policy.draft_positions
+        self.drafter = scenario.drafter
+        self.per_request_kv = profile.kv_model != "legacy-grid"
+        self.prefill_first = cl.prefill.schedule == "prefill-first"
+        self.max_context_tokens = cl.max_context_tokens or (1 << 62)
         self.reserve = traces.gamma + 1 if self.drafts else 1  # KV slots a step may write
         self.gamma = traces.gamma
         # trace arrays, flat: row i is one (request, position)
@@ -245,7 +267,21 @@ class Engine:
     # ------------------------------------------------------------------ the step loop
 
     def _plan_prefill(self, budget: int) -> list[tuple[Request, int]]:
+        """Choose this step's prompt work: (request, tokens) pairs, first come first served.
+
+        Chunked (vLLM V1): up to `chunk_tokens` within the step's token budget, a prompt may
+        be split across steps. Prefill-first (vLLM V0, DistServe): whole prompts while they
+        fit the engine's token limit, the first one always (an over-long prompt runs alone).
+        """
         plan: list[tuple[Request, int]] = []
+        if self.prefill_first:
+            left = self.max_batch_tokens
+            for req in self.prefilling:
+                if plan and req.prefill_left > left:
+                    break
+                plan.append((req, req.prefill_left))
+                left -= req.prefill_left
+            return plan
         left = min(self.chunk_tokens, budget)
         for req in self.prefilling:
             if left <= 0:
@@ -254,6 +290,21 @@ class Engine:
             plan.append((req, take))
             left -= take
         return plan
+
+    def _capped_rows(self, n: int) -> int:
+        """Return how many leading running requests fit the step's context-token cap (≥ 1).
+
+        Taken in batch order and stopping at the first that does not fit, as DistServe's
+        decode batching does; the rest wait, and `_rotate` moves the stepped ones behind them.
+        """
+        held = np.cumsum(self.state[CONTEXT, :n])
+        return max(1, int(np.searchsorted(held, self.max_context_tokens, side="right")))
+
+    def _stall(self, rows: range, since: float) -> None:
+        """Running requests in `rows` sit this step out; their next gap started at `since` (ITL)."""
+        joined = self._joined_at
+        for i in rows:
+            joined.setdefault(int(self.state[RID, i]), since)
 
     def _loop(self) -> Generator[simpy.Event, Any, None]:
         env = self.env
@@ -277,23 +328,37 @@ class Engine:
             start_at = env.now
             plan = self._plan_prefill(self.max_batch_tokens - n * self.reserve) if self.prefilling else []
             prefill_tokens = sum(t for _, t in plan) if plan else 0
-            fixed = n + prefill_tokens
-            decision_s = 0.0
+            # m: running requests this step advances (all of them unless a prefill-first
+            # iteration stalls them or the context cap leaves some waiting)
+            m = n
+            if plan and self.prefill_first:
+                m = 0
+            elif n and self.ctx_sum > self.max_context_tokens:
+                m = self._capped_rows(n)
+            if m < n:
+                self._stall(range(m, n), start_at)
+            fixed = m + prefill_tokens
+            decision_s = kv_s = 0.0
             batch: StepBatch | None = None
-            if n > 0:
-                rows = st[ROW, :n]
-                context_mean = self.ctx_sum / n
+            kv_tokens = self.ctx_sum if m == n else int(st[CONTEXT, :m].sum())
+            if self.per_request_kv:
+                kv_s = profile.attention_s(m, kv_tokens) if m > 0 else 0.0
+                for req, take in plan:
+                    kv_s += profile.prefill_attention_s(take, req.context - req.prefill_left)
+            if m > 0:
+                rows = st[ROW, :m]
+                context_mean = kv_tokens / m
                 if self.drafts:
                     # sync pipeline: the GPU waits for the policy (no decision without a drafter)
                     decision_s = self.decision_const_s if self.sync_decision else 0.0
-                    draft_s = draft_cache(n)
+                    draft_s = draft_cache(m, self.draft_positions, self.drafter)
                     batch = StepBatch(
-                        request_ids=st[RID, :n].copy(),  # policies may keep it across steps
+                        request_ids=st[RID, :m].copy(),  # policies may keep it across steps
                         conf=self.t_conf.take(rows, axis=0),
                         survival=self.t_surv.take(rows, axis=0),
                         fixed_tokens=fixed,
                         max_tokens=self.max_batch_tokens,
-                        cost=StepCost(profile, draft_s, context_mean),
+                        cost=StepCost(profile, draft_s, context_mean, kv_s),
                         step_index=self.step_index,
                         accepted=self.t_acc.take(rows) if policy.reads_outcome else None,
                     )
@@ -302,57 +367,66 @@ class Engine:
                     if self.measure_decision:
                         decision_s = time.perf_counter() - t0
                     if self.check:
-                        self._check_lengths(lengths, n, fixed)
+                        self._check_lengths(lengths, m, fixed)
                     verified = int(lengths.sum())
                 else:  # plain decoding: one token per request, the drafter never runs
                     draft_s = 0.0
-                    lengths = np.zeros(n, dtype=np.int64)
+                    lengths = np.zeros(m, dtype=np.int64)
                     verified = 0
             else:
                 context_mean = draft_s = 0.0
                 verified = 0
             batch_tokens = fixed + verified
-            verify_s = profile.verify_s_scalar(batch_tokens, context_mean)
+            if not self.per_request_kv:  # legacy grid: KV priced at the batch's mean context
+                verify_s = profile.verify_s_scalar(batch_tokens, context_mean)
+            elif m == 0:  # a prompt-only step
+                verify_s = profile.prefill_dense_s(batch_tokens) + kv_s
+            else:
+                verify_s = profile.verify_s_scalar(batch_tokens) + kv_s
             step_s = draft_s + verify_s + decision_s
             yield env.timeout(step_s)
 
             now = env.now
             in_window = stats.window_start <= now <= stats.window_end
             emitted_total = accepted_total = 0
-            if n > 0:
+            if m > 0:
                 # the replay rule, every slot's counters and the (ℓ, accepted) histogram
                 # (acceptance statistics ignore the output-length cut), in one pass
                 joint = stats.joint if in_window and verified else _NO_JOINT
                 drafted_ok, emitted_total, any_done, any_past = kernels.advance(
-                    st, n, lengths, self.t_acc, joint, self.gamma
+                    st, m, lengths, self.t_acc, joint, self.gamma
                 )
-                accepted_total = emitted_total - n
+                accepted_total = emitted_total - m
                 self.kv_used += emitted_total
                 self.ctx_sum += emitted_total
                 if observes and batch is not None:
                     policy.observe(batch, lengths, drafted_ok)
-                joined = self._joined_at
                 if in_window:
-                    # a request in the previous step waited exactly this step; one that joined
-                    # since waited from its last emission (prefill, transfer, queue, recompute)
-                    for last_at in joined.values():
-                        stats.add_itl(now - last_at, 1)
-                    stats.add_itl(step_s, n - len(joined))
+                    self._record_itl(m, n, now, step_s)
                     stats.window_tokens += emitted_total
-                    stats.window_request_steps += n
+                    stats.window_request_steps += m
                     stats.window_verified += verified
                     stats.window_emitted_decode += emitted_total
-                    if not verified:  # n pairs (ℓ = 0, accepted = 0)
-                        stats.joint[0] += n
-                joined.clear()
+                    if not verified:  # m pairs (ℓ = 0, accepted = 0)
+                        stats.joint[0] += m
+                elif m == n:
+                    self._joined_at.clear()
+                else:
+                    for i in range(m):
+                        self._joined_at.pop(int(st[RID, i]), None)
+                stepped = m
                 if any_done:
-                    done = st[EMITTED, :n] >= st[OUT_LEN, :n]
+                    done = st[EMITTED, : self.n] >= st[OUT_LEN, : self.n]
+                    stepped -= int(done[:m].sum())
                     finished = [self._park(int(i)) for i in np.flatnonzero(done)]
                     self._compact(~done)  # before the callbacks: a closed-loop user resubmits
                     for req in finished:  # at once, and routing must see this replica's load
                         self.kv_used -= req.context
                         req.finish_at = req.last_emit_at = now
                         self.finish(req)
+                if m < n and 0 < stepped < self.n:
+                    # the stepped requests queue behind the ones that waited (DistServe's rotation)
+                    st[:, : self.n] = np.roll(st[:, : self.n], -stepped, axis=1)
                 if any_past:  # some request ran out of trace rows
                     past = st[ROW, : self.n] >= st[ROW_END, : self.n]
                     self._continue_traces(np.flatnonzero(past))
@@ -364,11 +438,35 @@ class Engine:
                 self._prefill_done(self.prefilling.popleft(), now, in_window)
             if self.step_records is not None:
                 self.step_records.append_row((
-                    self.replica, self.step_index, start_at, step_s, draft_s, verify_s, decision_s,
-                    n, batch_tokens, prefill_tokens, verified, accepted_total, emitted_total,
-                    context_mean,
+                    self.replica, self.step_index, start_at, step_s, draft_s, verify_s, kv_s,
+                    decision_s, m, batch_tokens, prefill_tokens, verified, accepted_total,
+                    emitted_total, context_mean, kv_tokens,
                 ))
             self.step_index += 1
+
+    def _record_itl(self, m: int, n: int, now: float, step_s: float) -> None:
+        """Record the inter-token gaps of the m requests this step advanced.
+
+        A request that also ran the step before waited exactly this step; one that joined,
+        or sat out steps since (prefill, transfer, queueing, recompute, a prefill-first
+        iteration, the context cap), waited from its last emission.
+        """
+        stats = self.stats
+        joined = self._joined_at
+        if m == n:
+            for last_at in joined.values():
+                stats.add_itl(now - last_at, 1)
+            stats.add_itl(step_s, n - len(joined))
+            joined.clear()
+            return
+        plain = 0
+        for i in range(m):
+            last_at = joined.pop(int(self.state[RID, i]), math.nan)
+            if last_at != last_at:  # nan: it ran the step before
+                plain += 1
+            else:
+                stats.add_itl(now - last_at, 1)
+        stats.add_itl(step_s, plain)
 
     def _check_lengths(self, lengths: NDArray[np.int64], n: int, fixed: int) -> None:
         if lengths.shape != (n,) or not lengths_in_bounds(lengths, self.gamma):

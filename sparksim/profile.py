@@ -1,8 +1,11 @@
-"""SPS profiles: how long one engine step takes for a given batch of tokens, requests and context.
+"""SPS profiles: how long one engine step takes for its tokens, its requests and their KV.
 
-A profile folder holds `verify.csv` (target forward cost by token count, optionally per
-context length), `draft.csv` (drafter cost by request count) and `card.yaml` (how it was
-made). The lookup follows what a CUDA-graph engine does: in `step` mode a batch pads up
+A profile folder holds `verify.csv` (the dense step cost by token count), `attention.csv`
+(the cost of reading the batch's KV cache, by total KV tokens and optionally request count),
+`prefill.csv` (optional: a prompt-only step's dense cost), one draft table per drafter the
+card lists (by request count and drafted positions) and `card.yaml` (how it was made, the
+drafters, the memory figures that size the KV cache). docs/profiles.md has the format.
+The dense lookup follows what a CUDA-graph engine does: in `step` mode a batch pads up
 to the next profiled size (a batch of 121 tokens runs the 128-token graph), in `linear`
 mode it interpolates; past the last profiled size both extrapolate the last slope, once
 with a warning, or raise under `strict`.
@@ -28,11 +31,19 @@ from sparksim.atomic import atomic_dir
 from sparksim.errors import FormatError, RangeError
 
 LookupMode = Literal["step", "linear"]
+KvModel = Literal["per-request", "legacy-grid", "none"]
 SOURCES = ("measured", "analytic", "published", "synthetic")
 CARD_REQUIRED = ("source", "hardware", "model", "dtype", "date", "command")
 VERIFY_REQUIRED = ("tokens", "step_ms")
 VERIFY_OPTIONAL = ("context", "p10_ms", "p90_ms", "min_ms", "max_ms")
 DRAFT_REQUIRED = ("requests", "draft_ms")
+DRAFT_OPTIONAL = ("positions", "min_ms", "max_ms")
+ATTENTION_REQUIRED = ("kv_tokens", "attn_ms")
+ATTENTION_OPTIONAL = ("requests", "min_ms", "max_ms")
+PREFILL_REQUIRED = ("tokens", "prefill_ms")
+PREFILL_OPTIONAL = ("min_ms", "max_ms")
+DRAFTER_KINDS = ("mtp", "block", "autoregressive")
+MEMORY_FIELDS = ("hbm_bytes", "weights_bytes", "kv_bytes_per_token", "activation_reserve_bytes")
 MAX_PROFILE_ROWS = 1_000_000  # a profile is a small table; more rows than this is a broken file
 
 
@@ -41,25 +52,79 @@ class ProfileWarning(UserWarning):
 
 
 @dataclass
-class Profile:
-    """An SPS(B) cost table: verify cost by (context, tokens) and draft cost by request count.
+class DraftTable:
+    """One drafter's time by request count and drafted positions per request.
 
-    `step_ms` is a (C, T) grid: row c holds the cost at `contexts[c]` for every `tokens[t]`.
-    Profiles without a context column have C = 1 and ignore the context argument.
+    `ms` is a (P, D) grid: row p holds the cost of drafting `positions[p]` positions for
+    every request count in `requests`. A table without a positions column (the older
+    two-column `draft.csv`) has `positions` empty and one row: it always drafts its full
+    block, whatever a policy verifies.
+    """
+
+    name: str
+    requests: NDArray[np.float64]  # (D,) profiled request counts, increasing
+    positions: NDArray[np.float64]  # (P,) profiled drafted positions, increasing; empty: full block
+    ms: NDArray[np.float64]  # (P, D) drafting time in ms, or (1, D) for a full-block table
+    kind: str = "block"  # mtp | block | autoregressive (as the card describes it)
+    layers: int | None = None
+    info: dict[str, Any] = field(default_factory=dict)  # the card's description, verbatim
+
+    @classmethod
+    def full_block(cls, name: str, requests: ArrayLike, draft_ms: ArrayLike) -> DraftTable:
+        """Return a table that drafts its full block at every request count (two-column form)."""
+        return cls(name=name, requests=np.asarray(requests, np.float64), positions=np.empty(0),
+                   ms=np.asarray(draft_ms, np.float64)[None, :])
+
+    @property
+    def by_positions(self) -> bool:
+        return self.positions.size > 0
+
+    @property
+    def max_positions(self) -> int | None:
+        return int(self.positions[-1]) if self.by_positions else None
+
+
+@dataclass
+class Profile:
+    """A step's cost as a real engine pays it: dense work by tokens, KV by requests and context.
+
+    A step with T new tokens (verified drafts, bonus slots and prompt chunks), R decode
+    requests holding K tokens of KV cache in all, and prompt chunks (q tokens after a
+    prefix of p) costs
+
+        dense(T) + attention(R, K) + Σ_chunks prefill_attention(q, p) + draft(R, positions)
+
+    `step_ms` (verify.csv) is the dense part: a (C, T) grid whose C = 1 row prices a step of
+    T tokens with no KV to read (weights, linear layers, LM head, launch overheads, the
+    CUDA-graph staircase). `attention.csv` prices reading K KV tokens (by request count when
+    it has a `requests` column); `prefill.csv`, when present, prices a step that carries only
+    prompt tokens (an engine's prefill iteration runs other kernels than a decode step);
+    the card's `cost_model.prefill_attention_ms_per_token_sq` prices a chunk's causal
+    attention against its prefix, coef · ((p + q)² − p²).
+
+    A legacy profile (verify.csv with a `context` column, C > 1 rows, measured with the card's
+    `tokens_per_request` requests per row) has no attention table: its steps are priced at
+    the batch's mean context by interpolating between rows, as sparksim did before
+    (`kv_model == "legacy-grid"`).
     """
 
     name: str
     card: dict[str, Any]
     tokens: NDArray[np.float64]  # (T,) profiled batch sizes in tokens, increasing
-    contexts: NDArray[np.float64]  # (C,) profiled context lengths, increasing; [nan] if none
-    step_ms: NDArray[np.float64]  # (C, T) verify cost, monotone in tokens after clean-up
-    draft_requests: NDArray[np.float64]  # (D,) profiled request counts; empty if no draft.csv
-    draft_ms: NDArray[np.float64]  # (D,)
+    contexts: NDArray[np.float64]  # (C,) legacy: profiled context lengths; [nan] if none
+    step_ms: NDArray[np.float64]  # (C, T) dense cost, monotone in tokens after clean-up
+    drafters: dict[str, DraftTable] = field(default_factory=dict)
+    default_drafter: str | None = None
+    attn_requests: NDArray[np.float64] = field(default_factory=lambda: np.empty(0))  # (A,) or empty
+    attn_kv_tokens: NDArray[np.float64] = field(default_factory=lambda: np.empty(0))  # (K,)
+    attn_ms: NDArray[np.float64] = field(default_factory=lambda: np.empty((0, 0)))  # (A or 1, K)
+    prefill_tokens: NDArray[np.float64] = field(default_factory=lambda: np.empty(0))  # (P,)
+    prefill_ms: NDArray[np.float64] = field(default_factory=lambda: np.empty(0))  # (P,)
     mode: LookupMode = "step"
     strict: bool = False
     path: Path | None = None
     _warned: set[str] = field(default_factory=set, repr=False)
-    _draft_cache: dict[int, float] = field(default_factory=dict, repr=False)
+    _draft_cache: dict[tuple[str, int, int], float] = field(default_factory=dict, repr=False)
     _scalar: tuple[list[list[float]], list[float], list[float], float] | None = field(
         default=None, repr=False
     )
@@ -73,9 +138,22 @@ class Profile:
         return not bool(np.isnan(self.contexts[0]))
 
     @property
+    def kv_model(self) -> KvModel:
+        """How KV traffic is priced: an attention table, a legacy context grid, or not at all."""
+        if self.attn_kv_tokens.size:
+            return "per-request"
+        return "legacy-grid" if self.has_context else "none"
+
+    @property
     def max_tokens(self) -> int:
         """The largest profiled batch, in tokens."""
         return int(self.tokens[-1])
+
+    @functools.cached_property
+    def prefill_attention_coef_ms(self) -> float:
+        """ms per token² of causal prefill attention (the card's cost model; 0 if it has none)."""
+        cm = self.card.get("cost_model") or {}
+        return float(cm.get("prefill_attention_ms_per_token_sq", 0.0)) if isinstance(cm, dict) else 0.0
 
     @functools.cached_property
     def step_limit(self) -> float:
@@ -90,11 +168,19 @@ class Profile:
         sizes = self.card.get("graph_capture_sizes") or ()
         return tuple(sorted(int(s) for s in sizes))
 
-    def verify_s(self, tokens: ArrayLike, context: ArrayLike | None = None) -> NDArray[np.float64]:
-        """Return the target forward time in seconds for each batch size in `tokens`.
+    @functools.cached_property
+    def gpus_per_replica(self) -> int:
+        """GPUs one replica of this profile occupies (the card's `gpus_per_replica`, else 1)."""
+        return int(self.card.get("gpus_per_replica", 1) or 1)
 
-        `context` (tokens of KV cache per request) broadcasts against `tokens`; it is
-        interpolated linearly between profiled contexts and ignored by profiles without one.
+    # ------------------------------------------------------------------ dense (verify.csv)
+
+    def verify_s(self, tokens: ArrayLike, context: ArrayLike | None = None) -> NDArray[np.float64]:
+        """Return the dense step time in seconds for each batch size in `tokens`.
+
+        For a per-request profile this is the step without its KV reads (add `attention_s`).
+        For a legacy grid, `context` (tokens of KV cache per request) broadcasts against
+        `tokens` and is interpolated linearly between profiled contexts.
         """
         t = np.asarray(tokens, dtype=np.float64)
         if context is not None and self.has_context:
@@ -112,20 +198,8 @@ class Profile:
         return (out / 1e3).reshape(t.shape)
 
     def step_s(self, tokens: ArrayLike, context: ArrayLike | None = None) -> NDArray[np.float64]:
-        """Alias of `verify_s`: the target's step time at `tokens` batch tokens."""
+        """Alias of `verify_s`: the target's dense step time at `tokens` batch tokens."""
         return self.verify_s(tokens, context)
-
-    def draft_s(self, requests: ArrayLike) -> NDArray[np.float64]:
-        """Return the drafter's time in seconds for a step with `requests` requests (0 if absent)."""
-        r = np.asarray(requests, dtype=np.float64)
-        if self.draft_requests.size == 0:
-            return np.zeros_like(r)
-        grid = self.draft_ms[None, :]
-        out = _lookup_1d(self.draft_requests, grid, r.ravel(), self.mode)[0]
-        if r.size and float(r.max()) > self.draft_requests[-1]:
-            self._extrapolated("draft", float(r.max()), float(self.draft_requests[-1]))
-        out = np.where(r.ravel() <= 0, 0.0, out)
-        return (out / 1e3).reshape(r.shape)
 
     def verify_s_scalar(self, tokens: float, context: float = 0.0) -> float:
         """Return `verify_s` for one batch size: the engine's per-step fast path (no arrays)."""
@@ -147,16 +221,156 @@ class Profile:
         w = max((context - ctx[k]) / (ctx[k + 1] - ctx[k]), 0.0)
         return ((1.0 - w) * vals[k] + w * vals[k + 1]) / 1e3
 
-    def draft_s_scalar(self, requests: int) -> float:
-        """Return `draft_s` for one request count (the engine's per-step fast path)."""
-        if requests <= 0 or self.draft_requests.size == 0:
+    # ------------------------------------------------------------------ KV and prefill
+
+    def attention_s(self, requests: float, kv_tokens: float) -> float:
+        """Return the time in seconds to read `kv_tokens` of KV cache for `requests` requests.
+
+        Linear in KV tokens between rows (a memory-bound kernel), extrapolating the last
+        slope with one warning; linear in requests between rows, clamped at the ends.
+        0 for a profile without an attention table (legacy grids price KV in verify_s).
+        """
+        kv = self.attn_kv_tokens
+        if not kv.size or requests <= 0:
             return 0.0
-        key = int(requests)
+        if kv_tokens > kv[-1]:
+            self._extrapolated("kv_tokens", kv_tokens, float(kv[-1]))
+        rows = self.attn_ms
+        if rows.shape[0] > 1:
+            req = self.attn_requests
+            i = min(max(int(np.searchsorted(req, requests, side="right")) - 1, 0), req.size - 2)
+            w = min(max((requests - req[i]) / (req[i + 1] - req[i]), 0.0), 1.0)
+            row = (1.0 - w) * rows[i] + w * rows[i + 1]
+        else:
+            row = rows[0]
+        return _interp_extrapolate(kv, row, kv_tokens) / 1e3
+
+    @property
+    def has_prefill_table(self) -> bool:
+        return self.prefill_tokens.size > 0
+
+    def prefill_dense_s(self, tokens: float) -> float:
+        """Return the dense time in seconds of a step that carries only `tokens` prompt tokens.
+
+        From prefill.csv (linear: prefill steps run eagerly, no graph staircase) when the
+        profile has one, else from the dense verify table.
+        """
+        if not self.has_prefill_table:
+            return self.verify_s_scalar(tokens, 0.0)
+        if tokens > self.prefill_tokens[-1]:
+            self._extrapolated("prefill tokens", tokens, float(self.prefill_tokens[-1]))
+        return _interp_extrapolate(self.prefill_tokens, self.prefill_ms, tokens) / 1e3
+
+    def prefill_attention_s(self, chunk: float, prefix: float) -> float:
+        """Return the causal attention time in seconds of a `chunk`-token prompt piece after `prefix`."""
+        return self.prefill_attention_coef_ms * ((prefix + chunk) ** 2 - prefix**2) / 1e3
+
+    def prefill_s(self, prompt_lengths: ArrayLike) -> float:
+        """Return the time in seconds of one prefill-only step over whole prompts (a prefill pool)."""
+        p = np.asarray(prompt_lengths, np.float64)
+        return self.prefill_dense_s(float(p.sum())) + self.prefill_attention_coef_ms * float(
+            (p**2).sum()) / 1e3
+
+    # ------------------------------------------------------------------ drafting
+
+    @property
+    def draft_requests(self) -> NDArray[np.float64]:
+        """The default drafter's profiled request counts (empty without a drafter)."""
+        table = self.drafter() if self.drafters else None
+        return table.requests if table is not None else np.empty(0)
+
+    @property
+    def draft_ms(self) -> NDArray[np.float64]:
+        """The default drafter's full-block cost at each of `draft_requests`, in ms."""
+        table = self.drafter() if self.drafters else None
+        return table.ms[-1] if table is not None else np.empty(0)
+
+    def drafter(self, name: str | None = None) -> DraftTable | None:
+        """Return the named drafter's table, the default one for None, or None if there is none."""
+        key = name or self.default_drafter
+        if key is None:
+            return None
+        if key not in self.drafters:
+            raise RangeError(
+                f"profile {self.name!r} has no drafter {key!r} (it has {sorted(self.drafters) or 'none'})"
+            )
+        return self.drafters[key]
+
+    def draft_s(self, requests: ArrayLike, positions: int | None = None,
+                drafter: str | None = None) -> NDArray[np.float64]:
+        """Return the drafter's time in seconds for `requests` requests drafting `positions` each.
+
+        `positions=None` drafts the table's full block (its last positions row). A full-block
+        table (no positions column) costs the same whatever is drafted; 0 positions or 0
+        requests cost nothing; no drafter at all costs nothing.
+        """
+        r = np.asarray(requests, dtype=np.float64)
+        table = self.drafter(drafter) if self.drafters else None
+        if table is None or positions == 0:
+            return np.zeros_like(r)
+        grid = table.ms
+        if table.by_positions and positions is not None:
+            grid = self._positions_row(table, float(positions))
+        elif table.by_positions:
+            grid = table.ms[-1:]
+        out = _lookup_1d(table.requests, grid, r.ravel(), self.mode)[0]
+        if r.size and float(r.max()) > table.requests[-1]:
+            self._extrapolated("draft requests", float(r.max()), float(table.requests[-1]))
+        out = np.where(r.ravel() <= 0, 0.0, out)
+        return (out / 1e3).reshape(r.shape)
+
+    def draft_s_scalar(self, requests: int, positions: int | None = None,
+                       drafter: str | None = None) -> float:
+        """Return `draft_s` for one (requests, positions) pair (the engine's per-step fast path)."""
+        if requests <= 0 or not self.drafters or positions == 0:
+            return 0.0
+        key = (drafter or "", int(requests), -1 if positions is None else int(positions))
         cached = self._draft_cache.get(key)
         if cached is None:
-            cached = float(self.draft_s(key))
+            cached = float(self.draft_s(int(requests), positions, drafter))
             self._draft_cache[key] = cached
         return cached
+
+    def _positions_row(self, table: DraftTable, positions: float) -> NDArray[np.float64]:
+        pos = table.positions
+        if positions > pos[-1]:
+            msg = (f"profile {self.name!r}: drafter {table.name!r} is profiled up to {pos[-1]:g} "
+                   f"positions; {positions:g} asked, extrapolating the last slope")
+            if self.strict:
+                raise RangeError(msg + " (an error under --strict)")
+            if f"positions:{table.name}" not in self._warned:
+                self._warned.add(f"positions:{table.name}")
+                warnings.warn(msg, ProfileWarning, stacklevel=4)
+        if pos.size == 1:
+            return table.ms[:1] * (positions / pos[0])
+        i = min(max(int(np.searchsorted(pos, positions, side="right")) - 1, 0), pos.size - 2)
+        w = (positions - pos[i]) / (pos[i + 1] - pos[i])
+        if positions < pos[0]:  # below the first row: scale towards 0 cost at 0 positions
+            return table.ms[:1] * (positions / pos[0])
+        return (1.0 - w) * table.ms[i : i + 1] + w * table.ms[i + 1 : i + 2]
+
+    # ------------------------------------------------------------------ memory
+
+    def kv_capacity_tokens(self, utilisation: float = 0.9) -> int | None:
+        """Return the KV tokens one replica holds, from the card's memory figures (None: unknown).
+
+        (hbm_bytes × utilisation − weights_bytes − activation_reserve_bytes) / kv_bytes_per_token,
+        all per replica (every GPU of it). Raises FormatError when the figures cannot hold
+        the weights.
+        """
+        mem = self.card.get("memory")
+        if not isinstance(mem, dict):
+            return None
+        free = utilisation * float(mem["hbm_bytes"]) - float(mem["weights_bytes"]) - float(
+            mem.get("activation_reserve_bytes", 0))
+        if free <= 0:
+            raise FormatError(self.path or Path(self.name), [
+                f"card.yaml: memory.hbm_bytes={mem['hbm_bytes']} x utilisation {utilisation} cannot hold "
+                f"memory.weights_bytes={mem['weights_bytes']} + memory.activation_reserve_bytes="
+                f"{mem.get('activation_reserve_bytes', 0)}"])
+        return int(free // float(mem["kv_bytes_per_token"]))
+
+    # ------------------------------------------------------------------ helpers
 
     def _scalar_tables(self) -> tuple[list[list[float]], list[float], list[float], float]:
         """Python-list copies of the grid for scalar lookups: (rows, tokens, contexts, step limit).
@@ -171,7 +385,7 @@ class Profile:
         return self._scalar
 
     def sps(self, tokens: ArrayLike, context: ArrayLike | None = None) -> NDArray[np.float64]:
-        """Return steps per second of the target alone at `tokens` batch tokens."""
+        """Return steps per second of the target's dense step alone at `tokens` batch tokens."""
         return 1.0 / self.verify_s(tokens, context)
 
     def _default_context(self) -> float:
@@ -203,6 +417,17 @@ class Profile:
         if what not in self._warned:
             self._warned.add(what)
             warnings.warn(msg, ProfileWarning, stacklevel=3)
+
+
+def _interp_extrapolate(x: NDArray[np.float64], y: NDArray[np.float64], at: float) -> float:
+    """Interpolate y(x) linearly at `at`: from (0, 0) below x[0], the last slope past x[-1]."""
+    if at <= x[0]:
+        return float(y[0] * at / x[0]) if x[0] > 0 else float(y[0])
+    if at >= x[-1]:
+        if x.size == 1:
+            return float(y[0] * at / x[0])
+        return float(y[-1] + (at - x[-1]) * (y[-1] - y[-2]) / (x[-1] - x[-2]))
+    return float(np.interp(at, x, y))
 
 
 def _lookup_1d(
@@ -279,7 +504,8 @@ def _read_csv(path: Path, required: tuple[str, ...], optional: tuple[str, ...], 
             )
             ok = False
             continue
-        neg = vals.to_numpy() <= 0 if col in ("tokens", "requests", "step_ms") else vals.to_numpy() < 0
+        positive = ("tokens", "requests", "step_ms", "positions")
+        neg = vals.to_numpy() <= 0 if col in positive else vals.to_numpy() < 0
         if neg.any():
             row = int(np.argmax(neg))
             problems.append(f"{path.name}: column {col!r} row {row} out of range ({vals.iloc[row]!r})")
@@ -339,28 +565,176 @@ def _parse(path: Path, problems: list[str]) -> Profile | None:
         return None
     card = check_card(read_card(path / "card.yaml", problems), problems)
     vdf = _read_csv(path / "verify.csv", VERIFY_REQUIRED, VERIFY_OPTIONAL, problems)
-    draft_path = path / "draft.csv"
-    ddf = (
-        _read_csv(draft_path, DRAFT_REQUIRED, (), problems)
-        if draft_path.exists()
-        else pd.DataFrame({"requests": [], "draft_ms": []})
-    )
-    if vdf is None or ddf is None:
+    drafters, default = _parse_drafters(path, card, problems)
+    attn = _parse_attention(path, problems)
+    prefill = _parse_prefill(path, problems)
+    _check_cost_card(card, problems)
+    if vdf is None or drafters is None or attn is None or prefill is None:
         return None
     name = path.name
     tokens, contexts, grid = _grid(vdf, problems, name)
     if grid is None:
         return None
-    ddf = ddf.sort_values("requests")
-    if ddf["requests"].duplicated().any():
-        problems.append("draft.csv: duplicate request counts")
+    if attn[1].size and "context" in vdf.columns:
+        problems.append("verify.csv: a profile with attention.csv prices KV there; drop the "
+                        "legacy 'context' column")
         return None
-    d_req = ddf["requests"].to_numpy(np.float64)
-    d_ms = _monotone(ddf["draft_ms"].to_numpy(np.float64)[None, :], "draft.csv", name)[0]
     return Profile(
         name=name, card=card, tokens=tokens, contexts=contexts, step_ms=grid,
-        draft_requests=d_req, draft_ms=d_ms, path=path,
+        drafters=drafters, default_drafter=default,
+        attn_requests=attn[0], attn_kv_tokens=attn[1], attn_ms=attn[2],
+        prefill_tokens=prefill[0], prefill_ms=prefill[1], path=path,
     )
+
+
+def _parse_drafters(
+    path: Path, card: dict[str, Any], problems: list[str]
+) -> tuple[dict[str, DraftTable] | None, str | None]:
+    """Read every drafter table the card lists (`drafters:`), or the lone `draft.csv`."""
+    listed = card.get("drafters")
+    if listed is None:  # one drafter: draft.csv, described (if at all) by the card's `drafter`
+        if not (path / "draft.csv").exists():
+            return {}, None
+        found = card.get("drafter")
+        info: dict[str, Any] = found if isinstance(found, dict) else {}
+        listed = {str(info.get("name", "default")): {**info, "file": "draft.csv"}}
+        default: str | None = next(iter(listed))
+    else:
+        if not isinstance(listed, dict) or not listed:
+            problems.append("card.yaml: drafters must map each drafter's name to its description")
+            return None, None
+        default = card.get("default_drafter") or next(iter(listed))
+        if default not in listed:
+            problems.append(f"card.yaml: default_drafter={default!r} is not one of {sorted(listed)}")
+            return None, None
+    tables: dict[str, DraftTable] = {}
+    for dname, info in listed.items():
+        if not isinstance(info, dict):
+            problems.append(f"card.yaml: drafters.{dname} must be a mapping")
+            continue
+        kind = info.get("kind", "block")
+        if kind not in DRAFTER_KINDS:
+            problems.append(f"card.yaml: drafters.{dname}.kind={kind!r} is not one of {list(DRAFTER_KINDS)}")
+            continue
+        file = str(info.get("file", f"draft-{dname}.csv"))
+        df = _read_csv(path / file, DRAFT_REQUIRED, DRAFT_OPTIONAL, problems)
+        if df is None:
+            continue
+        table = _draft_grid(df, str(dname), file, problems, path.name)
+        if table is None:
+            continue
+        table.kind = kind
+        table.layers = int(info["layers"]) if info.get("layers") is not None else None
+        table.info = dict(info)
+        tables[str(dname)] = table
+    return (tables, default) if len(tables) == len(listed) else (None, None)
+
+
+def _draft_grid(df: pd.DataFrame, name: str, file: str, problems: list[str], pname: str
+                ) -> DraftTable | None:
+    if "positions" not in df.columns:
+        df = df.sort_values("requests")
+        if df["requests"].duplicated().any():
+            problems.append(f"{file}: duplicate request counts")
+            return None
+        ms = _monotone(df["draft_ms"].to_numpy(np.float64)[None, :], file, pname)
+        return DraftTable(name, df["requests"].to_numpy(np.float64), np.empty(0), ms)
+    if df.duplicated(["positions", "requests"]).any():
+        problems.append(f"{file}: duplicate (positions, requests) rows")
+        return None
+    if (df["positions"] <= 0).any():
+        problems.append(f"{file}: positions must be >= 1 (0 positions cost nothing by definition)")
+        return None
+    wide = df.pivot(index="positions", columns="requests", values="draft_ms").sort_index()
+    wide = wide.reindex(sorted(wide.columns), axis=1)
+    if wide.isna().any().any():
+        p, r = np.argwhere(wide.isna().to_numpy())[0]
+        problems.append(f"{file}: every positions row needs the same request counts "
+                        f"(positions={wide.index[p]:g} lacks requests={wide.columns[r]:g})")
+        return None
+    ms = _monotone(wide.to_numpy(np.float64), file, pname)
+    return DraftTable(name, wide.columns.to_numpy(np.float64), wide.index.to_numpy(np.float64), ms)
+
+
+def _parse_attention(
+    path: Path, problems: list[str]
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]] | None:
+    """Read attention.csv: (requests rows or empty, kv_tokens columns, (A, K) ms grid)."""
+    empty = (np.empty(0), np.empty(0), np.empty((0, 0)))
+    file = path / "attention.csv"
+    if not file.exists():
+        return empty
+    df = _read_csv(file, ATTENTION_REQUIRED, ATTENTION_OPTIONAL, problems)
+    if df is None:
+        return None
+    if "requests" not in df.columns:
+        df = df.assign(requests=1.0)
+        single = True
+    else:
+        single = False
+        if (df["requests"] <= 0).any():
+            problems.append("attention.csv: requests must be >= 1")
+            return None
+    if df.duplicated(["requests", "kv_tokens"]).any():
+        problems.append("attention.csv: duplicate (requests, kv_tokens) rows")
+        return None
+    wide = df.pivot(index="requests", columns="kv_tokens", values="attn_ms").sort_index()
+    wide = wide.reindex(sorted(wide.columns), axis=1)
+    if wide.isna().any().any():
+        problems.append("attention.csv: every requests row needs the same kv_tokens values")
+        return None
+    ms = _monotone(wide.to_numpy(np.float64), "attention.csv", path.name)
+    req = np.empty(0) if single else wide.index.to_numpy(np.float64)
+    if req.size == 1:
+        req = np.empty(0)
+    return req, wide.columns.to_numpy(np.float64), ms
+
+
+def _parse_prefill(path: Path, problems: list[str]
+                   ) -> tuple[NDArray[np.float64], NDArray[np.float64]] | None:
+    file = path / "prefill.csv"
+    if not file.exists():
+        return np.empty(0), np.empty(0)
+    df = _read_csv(file, PREFILL_REQUIRED, PREFILL_OPTIONAL, problems)
+    if df is None:
+        return None
+    df = df.sort_values("tokens")
+    if df["tokens"].duplicated().any():
+        problems.append("prefill.csv: duplicate token counts")
+        return None
+    ms = _monotone(df["prefill_ms"].to_numpy(np.float64)[None, :], "prefill.csv", path.name)[0]
+    return df["tokens"].to_numpy(np.float64), ms
+
+
+def _check_cost_card(card: dict[str, Any], problems: list[str]) -> None:
+    """Check the card's cost-model and memory figures (they price prefill and size the KV cache)."""
+    cm = card.get("cost_model")
+    if cm is not None:
+        coef = cm.get("prefill_attention_ms_per_token_sq") if isinstance(cm, dict) else None
+        if not isinstance(cm, dict) or (coef is not None and not _nonneg(coef)):
+            problems.append(f"card.yaml: cost_model.prefill_attention_ms_per_token_sq={coef!r} "
+                            "must be a number >= 0")
+    mem = card.get("memory")
+    if mem is None:
+        return
+    if not isinstance(mem, dict):
+        problems.append("card.yaml: memory must be a mapping of byte counts")
+        return
+    for key in MEMORY_FIELDS:
+        val = mem.get(key, 0 if key == "activation_reserve_bytes" else None)
+        if not _nonneg(val) or (key in ("hbm_bytes", "kv_bytes_per_token") and float(val or 0) <= 0):
+            problems.append(f"card.yaml: memory.{key}={val!r} must be a positive number of bytes")
+            return
+    if 0.9 * float(mem["hbm_bytes"]) <= float(mem["weights_bytes"]) + float(
+            mem.get("activation_reserve_bytes", 0)):
+        problems.append(
+            f"card.yaml: memory.hbm_bytes={mem['hbm_bytes']} (x 0.9) cannot hold memory.weights_bytes="
+            f"{mem['weights_bytes']} + memory.activation_reserve_bytes={mem.get('activation_reserve_bytes', 0)}")
+
+
+def _nonneg(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) \
+        and value >= 0
 
 
 def _grid(
@@ -416,13 +790,20 @@ def write_profile(
     verify: pd.DataFrame,
     card: Mapping[str, Any],
     draft: pd.DataFrame | None = None,
+    *,
+    extra: Mapping[str, pd.DataFrame] | None = None,
 ) -> Path:
-    """Write a profile folder atomically and check that it loads; return its path."""
+    """Write a profile folder atomically and check that it loads; return its path.
+
+    `extra` maps further file names (attention.csv, prefill.csv, draft-NAME.csv) to tables.
+    """
     path = Path(path)
     with atomic_dir(path) as tmp:
-        _sizes_as_int(verify).to_csv(tmp / "verify.csv", index=False, float_format="%.6g")
+        _sizes_as_int(verify).to_csv(tmp / "verify.csv", index=False, float_format="%.9g")
         if draft is not None:
-            _sizes_as_int(draft).to_csv(tmp / "draft.csv", index=False, float_format="%.6g")
+            _sizes_as_int(draft).to_csv(tmp / "draft.csv", index=False, float_format="%.9g")
+        for fname, table in (extra or {}).items():
+            _sizes_as_int(table).to_csv(tmp / fname, index=False, float_format="%.9g")
         (tmp / "card.yaml").write_text(yaml.safe_dump(dict(card), sort_keys=False, width=100))
         with warnings.catch_warnings():
             # the written copy's clean-up warnings would name the temporary folder; loading
@@ -437,7 +818,7 @@ def write_profile(
 def _sizes_as_int(df: pd.DataFrame) -> pd.DataFrame:
     """Return `df` with whole-number size columns as integers: "%.6g" would round 1048576 to 1.04858e+06."""
     out = df.copy()
-    for col in ("tokens", "context", "requests"):
+    for col in ("tokens", "context", "requests", "positions", "kv_tokens"):
         if col in out.columns and pd.api.types.is_float_dtype(out[col]):
             vals = out[col].to_numpy(np.float64)
             if np.all(np.isfinite(vals)) and np.all(vals == np.round(vals)):

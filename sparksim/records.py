@@ -41,7 +41,8 @@ STEP_COLUMNS: dict[str, str] = {
     "start_at": "d",
     "step_s": "d",
     "draft_s": "d",
-    "verify_s": "d",
+    "verify_s": "d",  # the target's forward: dense part + kv_s
+    "kv_s": "d",  # of verify_s: reading the batch's KV cache and prompt chunks' attention
     "decision_s": "d",
     "num_requests": "q",
     "batch_tokens": "q",
@@ -50,6 +51,7 @@ STEP_COLUMNS: dict[str, str] = {
     "accepted_drafts": "q",
     "emitted_tokens": "q",
     "context_mean": "d",
+    "kv_tokens": "q",  # KV tokens the decode requests held (Σ context)
 }
 
 

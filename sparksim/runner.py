@@ -23,6 +23,7 @@ from sparksim.config import (
     read_scenario_file,
     resolve_path,
 )
+from sparksim.engine import kv_capacity_tokens
 from sparksim.errors import ConfigError, RangeError
 from sparksim.invariants import InvariantError, check_run
 from sparksim.metrics import summarize
@@ -100,8 +101,33 @@ def load_inputs(
         if strict:
             raise RangeError(msg + " (an error under --strict)")
         warnings.warn(msg, ProfileWarning, stacklevel=2)
-    if cl.kv_capacity_tokens is not None:
-        wl = scenario.workload
+    if policy.drafts:
+        if not profile.drafters and scenario.drafter is None:
+            warnings.warn(
+                f"profile={scenario.profile!r} has no draft table, so policy "
+                f"{scenario.policy.name!r} drafts for free; add the drafter's table to the profile",
+                ProfileWarning, stacklevel=2)
+        elif scenario.drafter is not None and scenario.drafter not in profile.drafters:
+            raise ConfigError(
+                f"drafter={scenario.drafter!r} is not in profile={scenario.profile!r} "
+                f"(its drafters: {sorted(profile.drafters) or 'none'})")
+        table = profile.drafter(scenario.drafter) if profile.drafters else None
+        top = table.max_positions if table is not None else None
+        if table is not None and top is not None and policy.draft_positions > top:
+            msg = (f"policy {scenario.policy.name!r} drafts {policy.draft_positions} positions but "
+                   f"drafter {table.name!r} of profile={scenario.profile!r} is profiled up to {top}; "
+                   "the cost of the rest is extrapolated")
+            if strict:
+                raise RangeError(msg + " (an error under --strict)")
+            warnings.warn(msg, ProfileWarning, stacklevel=2)
+    kv_capacity = kv_capacity_tokens(scenario, profile)
+    wl = scenario.workload
+    if wl.kind == "closed" and wl.concurrency > cl.max_concurrency * cl.replicas:
+        warnings.warn(
+            f"workload.concurrency={wl.concurrency} is more than the cluster runs at once "
+            f"(cluster.max_concurrency={cl.max_concurrency} x {cl.replicas} replica(s)); "
+            "the rest queue (the summary records it)", ProfileWarning, stacklevel=2)
+    if kv_capacity is not None:
         if wl.kind == "replay" and wl.arrivals_csv:
             arrivals = load_arrivals(resolve_path(wl.arrivals_csv, base), sorted(traces.domains))
             longest = int((arrivals["prompt_tokens"] + arrivals["output_tokens"]).max())
@@ -109,9 +135,10 @@ def load_inputs(
             longest = int((traces.requests["prompt_tokens"] + traces.requests["output_tokens"]).max())
         else:
             longest = wl.lengths.prompt.max + wl.lengths.output.max
-        if longest + reserve > cl.kv_capacity_tokens:
+        if longest + reserve > kv_capacity:
             raise ConfigError(
-                f"cluster.kv_capacity_tokens={cl.kv_capacity_tokens} cannot hold the longest request "
+                f"cluster.kv_capacity_tokens={cl.kv_capacity_tokens} ({kv_capacity} tokens) cannot "
+                "hold the longest request "
                 f"({longest} tokens + {reserve} reserved); it would wait forever"
             )
     return profile, traces, prefill
@@ -155,6 +182,15 @@ def simulate(
         "traces": {"name": traces.name, "source": str(traces.card.get("source", "unknown"))},
         "engine_steps": num_steps,
         "prefill_mode": scenario.cluster.prefill.mode,
+        "prefill_schedule": (scenario.cluster.prefill.schedule
+                             if scenario.cluster.prefill.mode == "colocated" else "pool"),
+        "cost": _cost_summary(scenario, profile, policy, requests),
+        "ended": (
+            {"at_s": cluster.ended_at, "why": "the last request finished before the horizon; "
+             "throughput is over the busy period up to it"}
+            if cluster.ended_at is not None else
+            {"at_s": scenario.run.duration_s, "why": "the horizon; throughput is over the window"}
+        ),
         "continuation_note": (
             "requests longer than their trace request continue on another trace request of the "
             "same domain (trace_switches counts them)"
@@ -162,6 +198,30 @@ def simulate(
     }
     summary = summarize(scenario, requests, cluster.stats, census, cluster.sampler.domains, extra)
     return RunResult(scenario, summary, requests, steps, violations, wall_s, num_steps)
+
+
+def _cost_summary(scenario: Scenario, profile: Profile, policy: Any, requests: pd.DataFrame
+                  ) -> dict[str, Any]:
+    """What the run's steps paid for: the drafter, the KV model, the KV cache and its pressure."""
+    table = profile.drafter(scenario.drafter) if policy.drafts and profile.drafters else None
+    capacity = kv_capacity_tokens(scenario, profile)
+    cl, wl = scenario.cluster, scenario.workload
+    asked = wl.concurrency if wl.kind == "closed" else None
+    return {
+        "drafter": None if table is None else {
+            "name": table.name, "kind": table.kind, "layers": table.layers,
+            "positions_drafted": policy.draft_positions,
+        },
+        "kv_model": profile.kv_model,
+        "kv_capacity_tokens": capacity,
+        "kv_capacity_source": (
+            "card memory figures" if cl.kv_capacity_tokens == "auto" and capacity is not None
+            else "unlimited (the card has no memory figures)" if cl.kv_capacity_tokens == "auto"
+            else "scenario"),
+        "preemptions": int(requests["preemptions"].sum()) if len(requests) else 0,
+        "concurrency_asked": asked,
+        "concurrency_capped": bool(asked is not None and asked > cl.max_concurrency * cl.replicas),
+    }
 
 
 def _clean(obj: Any) -> Any:

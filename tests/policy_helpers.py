@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from numpy.typing import NDArray
 
 from sparksim.policies.base import StepBatch
-from sparksim.profile import LookupMode, Profile
+from sparksim.profile import DraftTable, LookupMode, Profile
 
 CONF_GRID = [round(0.05 * i, 2) for i in range(21)]  # 0.0 .. 1.0, so ties and zeros occur
 
@@ -27,18 +27,17 @@ def profile(
     card: dict[str, Any] = {"source": "synthetic"}
     if captured is not None:
         card["graph_capture_sizes"] = list(captured)
-    d_req, d_ms = draft if draft is not None else ((), ())
+    drafters = {"default": DraftTable.full_block("default", *draft)} if draft is not None else {}
     return Profile(
         name="test", card=card, tokens=np.asarray(tokens, np.float64),
         contexts=np.array([np.nan]), step_ms=np.asarray([step_ms], np.float64),
-        draft_requests=np.asarray(d_req, np.float64), draft_ms=np.asarray(d_ms, np.float64),
-        mode=mode,
+        drafters=drafters, default_drafter="default" if drafters else None, mode=mode,
     )
 
 
 def step_s(batch: StepBatch, tokens: int) -> float:
     """Return the step seconds at `tokens`, straight from the profile (not the policy's table)."""
-    return float(batch.cost.draft_s + batch.cost.profile.verify_s(tokens, batch.cost.context))
+    return float(batch.cost.fixed_s + batch.cost.profile.verify_s(tokens, batch.cost.context))
 
 
 def reference_cut(batch: StepBatch, survival: NDArray[np.float64] | None = None,

@@ -23,6 +23,24 @@ app = typer.Typer(
 )
 app.command("analytic")(analytic)
 
+
+@app.command("fitted")
+@friendly_errors
+def fitted(
+    engine: str = typer.Option("distserve", "--engine", help="DistServe's OPT-13B A100 fit of: distserve or vllm"),
+    out: Path = typer.Option(..., "--out", help="profile folder to write"),
+) -> None:
+    """Write a profile from DistServe's published OPT-13B A100 cost fit (source: published)."""
+    import sys
+
+    from sparksim.fitted import distserve_profile
+    from sparksim.profile import write_profile
+
+    command = "sparksim " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    verify, extra, card = distserve_profile(engine, command=command)
+    write_profile(out, verify, card, extra=extra)
+    console.print(f"[green]wrote[/] {out} (DistServe's {engine} fit, published figures)", highlight=False)
+
 DEFAULT_TOKENS = "1,2,4,8,16,32,64,128,256,512"
 
 

@@ -30,17 +30,25 @@ Lengths = NDArray[np.int64]
 class StepCost:
     """Step time as a function of total batch tokens B, for this step's requests and context.
 
-    step_s(B) = draft_s(R) + verify_s(B, context); the draft term is paid whenever the
-    engine drafts (every policy except plain decoding), whatever the policy verifies.
+    step_s(B) = draft_s + kv_s + dense(B): the draft term is paid whenever the engine drafts
+    (every policy except plain decoding), whatever the policy verifies; kv_s (reading the
+    running requests' KV cache, and any prompt chunk's attention) is fixed by who is in the
+    batch, not by how many drafts they verify. Only the dense term moves with B.
     """
 
     profile: Profile
-    draft_s: float  # drafter cost for this step's request count (0 if not drafting)
-    context: float  # mean KV context per request, tokens
+    draft_s: float  # drafter cost for this step's requests and drafted positions (0: no drafting)
+    context: float  # mean KV context per request, tokens (prices KV in a legacy-grid profile)
+    kv_s: float = 0.0  # KV reads of the batch and prompt-chunk attention, seconds
+
+    @property
+    def fixed_s(self) -> float:
+        """The part of the step's time that no verification length changes: drafting and KV."""
+        return self.draft_s + self.kv_s
 
     def step_s(self, tokens: ArrayLike) -> NDArray[np.float64]:
         """Return seconds per step for each total batch size in `tokens`."""
-        return self.draft_s + self.profile.verify_s(tokens, self.context)
+        return self.fixed_s + self.profile.verify_s(tokens, self.context)
 
     def sps(self, tokens: ArrayLike) -> NDArray[np.float64]:
         """Return steps per second for each total batch size in `tokens`."""
@@ -83,6 +91,7 @@ class StepBatch:
         max_tokens: int | None = None,
         draft_s: float = 0.0,
         context: float = 0.0,
+        kv_s: float = 0.0,
         step_index: int = 0,
         accepted: ArrayLike | None = None,
     ) -> StepBatch:
@@ -96,7 +105,7 @@ class StepBatch:
             survival=np.cumprod(c, axis=1, dtype=np.float64),
             fixed_tokens=r + extra_fixed_tokens,
             max_tokens=max_tokens if max_tokens is not None else 1 << 40,
-            cost=StepCost(profile=profile, draft_s=draft_s, context=context),
+            cost=StepCost(profile=profile, draft_s=draft_s, context=context, kv_s=kv_s),
             step_index=step_index,
             accepted=None if accepted is None else np.asarray(accepted, np.int64),
         )
@@ -124,7 +133,16 @@ class Policy(abc.ABC):
     @property
     def drafts(self) -> bool:
         """Whether the engine runs the drafter (and pays draft_s) under this policy."""
-        return self.block > 0
+        return self.draft_positions > 0
+
+    @property
+    def draft_positions(self) -> int:
+        """Positions the drafter drafts per request each step (the engine pays for these).
+
+        Block policies draft the whole block and choose how much of it to verify; a policy
+        that only ever verifies a fixed prefix (static γ) drafts just that prefix.
+        """
+        return self.block
 
     @property
     def params(self) -> dict[str, Any]:

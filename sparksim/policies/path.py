@@ -70,33 +70,34 @@ class CostTable:
         self._profile: Profile | None = None
         self._key: tuple[str, bool] = ("", False)
         self._rows = np.empty((1, 0))  # (C, N) verify seconds at B = 0..N-1 per context row
-        self._windows: dict[tuple[int, int, float], NDArray[np.float64]] = {}
+        self._windows: dict[tuple[int, int], NDArray[np.float64]] = {}
         self._captured: tuple[int, ...] = ()
 
     def step_s(self, cost: StepCost, first_tokens: int, count: int) -> NDArray[np.float64]:
         """Return step_s(B) for B = first_tokens .. first_tokens + count - 1, shape (count,)."""
         self._ensure(cost.profile, first_tokens + count)
-        return cost.draft_s + self._verify(cost, self._rows[:, first_tokens : first_tokens + count])
+        return cost.fixed_s + self._verify(cost, self._rows[:, first_tokens : first_tokens + count])
 
     def window(self, cost: StepCost, first_tokens: int, count: int) -> NDArray[np.float64]:
-        """Return `step_s` over a whole path's window, cached (read-only) when it can be.
+        """Return `step_s` over a whole path's window, its dense part cached when it can be.
 
-        A profile without context rows gives the same window for the same (first, count,
-        draft cost), which a steady batch asks for every step; with context rows the cost
-        moves with the batch's context, so the window is computed afresh.
+        A profile without context rows gives the same dense window for the same (first,
+        count), which a steady batch asks for every step; the fixed part (drafting, KV)
+        moves every step and is added afresh. With context rows the whole window moves
+        with the batch's context, so it is computed afresh.
         """
         self._ensure(cost.profile, first_tokens + count)
         if self._rows.shape[0] > 1:
             return self.step_s(cost, first_tokens, count)
-        key = (first_tokens, count, cost.draft_s)
+        key = (first_tokens, count)
         cached = self._windows.get(key)
         if cached is None:
-            cached = self.step_s(cost, first_tokens, count)
+            cached = self._rows[0, first_tokens : first_tokens + count].copy()
             cached.flags.writeable = False
             if len(self._windows) >= 16:  # batch sizes wander: keep the cache small
                 self._windows.clear()
             self._windows[key] = cached
-        return cached
+        return cached + cost.fixed_s
 
     @property
     def caches_windows(self) -> bool:
@@ -106,7 +107,7 @@ class CostTable:
     def step_s_at(self, cost: StepCost, tokens: NDArray[np.int64]) -> NDArray[np.float64]:
         """Return step_s(B) for each B in `tokens` (sorted ascending)."""
         self._ensure(cost.profile, int(tokens[-1]) + 1 if tokens.size else 1)
-        return cost.draft_s + self._verify(cost, self._rows[:, tokens])
+        return cost.fixed_s + self._verify(cost, self._rows[:, tokens])
 
     def captured_sizes(self, cost: StepCost) -> tuple[int, ...]:
         """Return the profile's CUDA-graph capture sizes (cached: the card never changes)."""

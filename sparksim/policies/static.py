@@ -25,8 +25,8 @@ class Static(Policy):
         self.gamma = check_int("gamma", gamma, 0, block)
 
     @property
-    def drafts(self) -> bool:
-        return self.gamma > 0
+    def draft_positions(self) -> int:
+        return self.gamma  # MTP-γ drafts γ positions; γ = 0 runs no drafter
 
     @property
     def params(self) -> dict[str, Any]:
