@@ -29,3 +29,11 @@ class ConfigError(SparksimError):
 
 class RangeError(SparksimError):
     """A lookup left the range a profile covers and `--strict` forbids extrapolation."""
+
+
+class OutputPathError(SparksimError):
+    """An output path (`--out`) cannot be written: a file stands in the way or the folder refuses writes."""
+
+
+class MissingExtraError(SparksimError):
+    """An optional dependency is not installed; the message says which pip extra installs it."""

@@ -4,32 +4,42 @@ Each grid point is an independent simulation at the scenario's seed (so policies
 point see the same users and requests: paired comparisons), so a sweep is embarrassingly
 parallel: local worker processes by default, or Ray tasks when a Ray
 cluster is available (`backend="ray"`), with the same function on both.
+Each finished point is saved at once (`sweep_store.PointStore`), so a rerun resumes; local
+workers ignore Ctrl-C and die with the sweep (`sweep_pool`).
 Pareto analysis lives here too: frontiers of throughput per GPU against tokens per second
 per user, and matched-throughput speedups between policies.
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
 import os
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 import yaml
 
-from sparksim.atomic import atomic_dir
-from sparksim.errors import ConfigError
+from sparksim.atomic import atomic_file, write_text
+from sparksim.errors import ConfigError, MissingExtraError
+from sparksim.sweep_pool import start_pool, stop_pool
+from sparksim.sweep_store import PointStore, code_fingerprint, fingerprint_files
+
+if TYPE_CHECKING:
+    from sparksim.config import Scenario
 
 ROW_METRICS = (
     "output_throughput", "tput_per_gpu", "interactivity", "mean_tpot_ms", "p99_tpot_ms",
     "mean_ttft_ms", "p99_ttft_ms", "median_itl_ms", "mean_e2el_ms", "mean_acceptance_length",
     "verify_budget_per_request", "request_throughput", "completed", "engine_steps",
 )
+POINT_FORMAT = 1  # part of every point's key: raise it when a row's contents change meaning
 
 
 @dataclass(frozen=True)
@@ -64,14 +74,42 @@ def grid(axes: Sequence[tuple[str, list[str]]], policies: Sequence[str]) -> list
     return [SweepPoint(p, tuple(c)) for p in policies for c in combos]
 
 
+def resolve_point(
+    scenario_path: str | None, base_sets: Sequence[str], point: SweepPoint
+) -> tuple[Scenario, Path | None]:
+    """Return the scenario one point simulates (its overrides and policy applied) and its folder."""
+    from sparksim.runner import load_scenario
+
+    name, policy_sets = point.policy_name_and_sets()
+    return load_scenario(scenario_path, [*base_sets, *point.overrides, *policy_sets], name)
+
+
+def point_key(scenario: Scenario, base: Path | None, point: SweepPoint) -> str:
+    """Return the hash that names a finished point: everything its row depends on.
+
+    That is the resolved scenario, the policy spec and overrides (they label the row), where
+    relative paths resolve (the scenario's folder, then the cwd), the input files as they
+    are now (path, size, mtime) and sparksim's own code, so a changed profile or cost model
+    is simulated again rather than read back.
+    """
+    from sparksim.config import resolve_path
+
+    refs = [scenario.profile, scenario.traces, scenario.cluster.prefill.profile,
+            scenario.workload.arrivals_csv]
+    inputs = fingerprint_files([resolve_path(r, base) for r in refs if r])
+    ident = {"format": POINT_FORMAT, "scenario": scenario.to_yaml(), "policy": point.policy,
+             "overrides": list(point.overrides), "base": str(base), "cwd": os.getcwd(),
+             "inputs": inputs, "code": code_fingerprint()}
+    return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:32]
+
+
 def run_point(scenario_path: str | None, base_sets: Sequence[str], point: SweepPoint) -> dict[str, Any]:
     """Simulate one sweep point and return its flat summary row (runs in a worker process)."""
     import warnings
 
-    from sparksim.runner import load_scenario, simulate
+    from sparksim.runner import simulate
 
-    name, policy_sets = point.policy_name_and_sets()
-    sc, base = load_scenario(scenario_path, [*base_sets, *point.overrides, *policy_sets], name)
+    sc, base = resolve_point(scenario_path, base_sets, point)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         res = simulate(sc, base)
@@ -94,47 +132,69 @@ def run_sweep(
     workers: int | None = None,
     backend: str = "process",
     progress: Callable[[int, int], None] | None = None,
+    store: PointStore | None = None,
 ) -> pd.DataFrame:
-    """Run every point; return one row per point in `points` order."""
+    """Run every point; return one row per point in `points` order.
+
+    With a `store`, points it already holds are read back instead of simulated (counted in
+    `store.reused`) and each simulated point is saved the moment it finishes, so a sweep
+    stopped by Ctrl-C (KeyboardInterrupt, raised once the workers are ended) or a crash
+    resumes where it stopped.
+    """
     if not points:
         raise ConfigError("the sweep is empty: give at least one policy and one grid point")
-    # fail fast on a bad scenario/policy before spawning anything
-    from sparksim.runner import load_inputs, load_scenario
+    from sparksim.runner import load_inputs
 
-    for point in {p.policy: p for p in points}.values():
-        name, policy_sets = point.policy_name_and_sets()
-        sc, base = load_scenario(scenario_path, [*base_sets, *point.overrides, *policy_sets], name)
-        load_inputs(sc, base)
     rows: list[dict[str, Any] | None] = [None] * len(points)
-    done = 0
-    if backend == "ray":
-        import ray  # optional extra
+    keys: list[str] = []
+    if store is not None:
+        for i, p in enumerate(points):
+            keys.append(point_key(*resolve_point(scenario_path, base_sets, p), p))
+            rows[i] = store.get(keys[i])
+    todo = [i for i, row in enumerate(rows) if row is None]
+    # fail fast on a bad scenario/policy before spawning anything
+    for point in {points[i].policy: points[i] for i in todo}.values():
+        load_inputs(*resolve_point(scenario_path, base_sets, point))
+    done = len(points) - len(todo)
+    if progress and done:
+        progress(done, len(points))
+
+    def finish(i: int, row: dict[str, Any]) -> None:
+        nonlocal done
+        rows[i] = row
+        if store is not None:
+            store.put(keys[i], row)
+        done += 1
+        if progress:
+            progress(done, len(points))
+
+    if backend == "ray" and todo:
+        try:
+            import ray  # optional extra
+        except ImportError:
+            raise MissingExtraError('ray is not installed; install the ray extra: pip install -e ".[ray]"') from None
 
         if not ray.is_initialized():
             ray.init(ignore_reinit_error=True)
         remote = ray.remote(run_point)
-        refs = {remote.remote(scenario_path, list(base_sets), p): i for i, p in enumerate(points)}
+        refs = {remote.remote(scenario_path, list(base_sets), points[i]): i for i in todo}
         pending = list(refs)
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
-            rows[refs[ready[0]]] = ray.get(ready[0])
-            done += 1
-            if progress:
-                progress(done, len(points))
-    elif backend == "process" and (workers or os.cpu_count() or 1) > 1 and len(points) > 1:
-        n = min(workers or os.cpu_count() or 1, len(points))
-        with ProcessPoolExecutor(max_workers=n) as pool:
-            futs = {pool.submit(run_point, scenario_path, list(base_sets), p): i for i, p in enumerate(points)}
+            finish(refs[ready[0]], ray.get(ready[0]))
+    elif backend == "process" and (workers or os.cpu_count() or 1) > 1 and len(todo) > 1:
+        pool = start_pool(min(workers or os.cpu_count() or 1, len(todo)))
+        try:
+            futs = {pool.submit(run_point, scenario_path, list(base_sets), points[i]): i for i in todo}
             for fut in as_completed(futs):
-                rows[futs[fut]] = fut.result()
-                done += 1
-                if progress:
-                    progress(done, len(points))
+                finish(futs[fut], fut.result())
+        except BaseException:
+            stop_pool(pool)  # Ctrl-C or a failed point: do not wait for the running points
+            raise
+        pool.shutdown()
     else:
-        for i, p in enumerate(points):
-            rows[i] = run_point(scenario_path, base_sets, p)
-            if progress:
-                progress(i + 1, len(points))
+        for i in todo:
+            finish(i, run_point(scenario_path, base_sets, points[i]))
     return pd.DataFrame([r for r in rows if r is not None])
 
 
@@ -174,15 +234,22 @@ def speedup_at_matched_throughput(
 
 
 def write_sweep(out: Path, table: pd.DataFrame, meta: dict[str, Any]) -> Path:
-    """Write `sweep.parquet`, `sweep.csv`, `sweep.yaml` (how it was run) and the Pareto plot."""
-    with atomic_dir(out) as tmp:
-        table.to_parquet(tmp / "sweep.parquet", index=False)
-        table.to_csv(tmp / "sweep.csv", index=False, float_format="%.6g")
-        (tmp / "sweep.yaml").write_text(yaml.safe_dump(meta, sort_keys=False))
-        try:
-            from sparksim.plotting.pareto import plot_pareto
-        except ImportError:  # matplotlib is the optional `plot` extra
-            pass
-        else:
-            plot_pareto(table, tmp / "pareto.png", title=str(meta.get("title", "")))
+    """Write `sweep.parquet`, `sweep.csv`, `sweep.yaml` (how it was run), then the Pareto plot.
+
+    The table comes first and each file is written atomically, so a plotting failure never
+    costs the simulations. Without matplotlib (the `plot` extra) there is no `pareto.png`,
+    not even one left from an earlier sweep; `points/` (the finished points) is kept.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    with atomic_file(out / "sweep.parquet") as tmp:
+        table.to_parquet(tmp, index=False)
+    with atomic_file(out / "sweep.csv") as tmp:
+        table.to_csv(tmp, index=False, float_format="%.6g")
+    write_text(out / "sweep.yaml", yaml.safe_dump(meta, sort_keys=False))
+    from sparksim.plotting.pareto import plot_pareto
+
+    try:
+        plot_pareto(table, out / "pareto.png", title=str(meta.get("title", "")))
+    except MissingExtraError:
+        (out / "pareto.png").unlink(missing_ok=True)  # an old figure would not show this table
     return out

@@ -88,3 +88,14 @@ def test_plot_of_a_broken_profile_names_the_problem(tmp_path: Path) -> None:
     said = " ".join(result.output.split())
     assert "step_ms" in said and "card.yaml" in said
     assert not (tmp_path / "x.png").exists()
+
+
+def test_plot_profile_writes_under_results_by_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Figures belong with the other outputs, not scattered in whatever folder the user is in.
+    pytest.importorskip("matplotlib")
+    prof = make_profile(tmp_path / "a")
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["plot", "profile", str(prof)])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "results" / "sps-profile.png").read_bytes()[:4] == b"\x89PNG"
+    assert not (tmp_path / "sps-profile.png").exists()

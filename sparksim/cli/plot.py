@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from sparksim.cli.common import console, friendly_errors
+from sparksim.cli.common import check_out, console, friendly_errors
 
 app = typer.Typer(help="Plot SPS profiles and sweep Pareto frontiers (needs matplotlib: the plot extra).", no_args_is_help=True)
 
@@ -15,12 +15,13 @@ app = typer.Typer(help="Plot SPS profiles and sweep Pareto frontiers (needs matp
 @friendly_errors
 def profile(
     paths: list[Path] = typer.Argument(..., help="one or more profile folders, overlaid"),
-    out: Path = typer.Option(Path("sps-profile.png"), "--out", help="PNG file to write"),
+    out: Path = typer.Option(Path("results/sps-profile.png"), "--out", help="PNG file to write"),
     context: float | None = typer.Option(None, "--context", help="plot only the profiled context nearest this (default: every context)"),
 ) -> None:
     """Plot SPS(B) and tokens/s against B (log x), marking graph sizes, the knee and cliffs."""
     from sparksim.plotting.profile_plot import plot_profiles
 
+    check_out(out, kind="file")
     written = plot_profiles(paths, out, context=context)
     console.print(f"[green]wrote[/] {written}", highlight=False)
 
@@ -41,5 +42,7 @@ def pareto(
     table_path = sweep_dir / "sweep.parquet"
     if not table_path.is_file():
         raise FormatError(sweep_dir, ["sweep.parquet: file is missing (run `sparksim sweep` first)"])
-    written = plot_pareto(pd.read_parquet(table_path), out or sweep_dir / "pareto.png", baseline=baseline)
+    target = out or sweep_dir / "pareto.png"
+    check_out(target, kind="file")
+    written = plot_pareto(pd.read_parquet(table_path), target, baseline=baseline)
     console.print(f"[green]wrote[/] {written}", highlight=False)

@@ -10,7 +10,7 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from sparksim.cli.common import console, err_console, friendly_errors
+from sparksim.cli.common import check_out, console, err_console, friendly_errors
 from sparksim.invariants import InvariantError
 from sparksim.runner import (
     RunResult,
@@ -68,6 +68,7 @@ def run(
 ) -> None:
     """Simulate a scenario, print its summary and write results/<run>/."""
     sc, base = load_scenario(scenario, set_, policy)
+    check_out(out or default_out_dir(sc))  # before simulating, not after the whole run
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         inputs = load_inputs(sc, base, strict=strict)

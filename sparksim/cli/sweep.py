@@ -1,15 +1,24 @@
-"""`sparksim sweep`: run a scenario over a grid of overrides × policies and draw the Pareto frontier."""
+"""`sparksim sweep`: run a scenario over a grid of overrides × policies and draw the Pareto frontier.
+
+Finished points are kept in OUT/points/, so the same command run again (after Ctrl-C, a crash
+or a kill) simulates only what is missing.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from sparksim.cli.common import console, err_console, friendly_errors
+from sparksim.cli.common import check_out, console, err_console, friendly_errors
+from sparksim.plotting import PLOT_INSTALL
 from sparksim.sweep import grid, parse_vary, run_sweep, speedup_at_matched_throughput, write_sweep
+from sparksim.sweep_store import PointStore
+
+EXIT_INTERRUPTED = 130  # what a shell reports for a command stopped by SIGINT
 
 
 @friendly_errors
@@ -27,19 +36,41 @@ def sweep(
     workers: int | None = typer.Option(None, "--workers", help="worker processes (default: CPUs)"),
     ray: bool = typer.Option(False, "--ray", help="run the points as Ray tasks (needs the ray extra)"),
     baseline: str | None = typer.Option(None, "--baseline", help="policy the speedups are against (default: the first)"),
-    out: Path = typer.Option(Path("results/sweep"), "--out", help="sweep folder"),
+    out: Path = typer.Option(
+        Path("results/sweep"), "--out",
+        help="sweep folder; finished points are kept in OUT/points/ and reused by a rerun",
+    ),
 ) -> None:
-    """Sweep load (or any keys) for several policies; write sweep.parquet/csv and pareto.png."""
+    """Sweep load (or any keys) for several policies; write sweep.parquet/csv and pareto.png.
+
+    Rerunning the same command reuses the points already finished (delete OUT/points/ to
+    simulate them all again); Ctrl-C stops it, keeping them.
+    """
+    check_out(out)
     axes = parse_vary(vary)
     points = grid(axes, policies)
-    with Progress(TextColumn("[bold]sweep[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err_console, transient=True) as bar:
-        task = bar.add_task("points", total=len(points))
-        table = run_sweep(
-            str(scenario) if scenario else None, set_, points, workers=workers,
-            backend="ray" if ray else "process",
-            progress=lambda done, total: bar.update(task, completed=done),
+    store = PointStore(out / "points")
+    try:
+        with Progress(TextColumn("[bold]sweep[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=err_console, transient=True) as bar:
+            task = bar.add_task("points", total=len(points))
+            table = run_sweep(
+                str(scenario) if scenario else None, set_, points, workers=workers,
+                backend="ray" if ray else "process",
+                progress=lambda done, total: bar.update(task, completed=done),
+                store=store,
+            )
+    except KeyboardInterrupt:
+        finished = store.reused + store.saved
+        err_console.print(
+            f"[yellow]interrupted:[/] {finished} of {len(points)} points finished and kept in "
+            f"{escape(str(store.folder))}/; run the same command again to resume",
+            highlight=False, soft_wrap=True,
         )
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    if store.reused:
+        console.print(f"reused {store.reused} of {len(points)} finished points from {store.folder}/",
+                      highlight=False, soft_wrap=True)
     meta = {"scenario": str(scenario) if scenario else "embedded default", "vary": vary,
             "policies": policies, "set": set_, "title": f"{scenario.stem if scenario else 'default'} sweep"}
     write_sweep(out, table, meta)
@@ -59,11 +90,14 @@ def sweep(
             shown.add_row(policy, "no overlap", "–")
     console.print(shown)
     plotted = (out / "pareto.png").exists()
-    console.print(
-        f"{len(points)} runs → {out}/ (sweep.parquet, sweep.csv"
-        + (", pareto.png)" if plotted else "; no pareto.png: install the plot extra for matplotlib)"),
-        highlight=False,
-    )
+    console.print(f"{len(points)} points → {out}/ (sweep.parquet, sweep.csv{', pareto.png' if plotted else ''})",
+                  highlight=False)
+    if not plotted:
+        err_console.print(
+            f"[yellow]no pareto.png:[/] matplotlib is not installed; to draw it: {escape(PLOT_INSTALL)}, "
+            f"then sparksim plot pareto {escape(str(out))}",
+            highlight=False, soft_wrap=True,
+        )
 
 
 def register(app: typer.Typer) -> None:

@@ -6,17 +6,18 @@ from pathlib import Path
 
 import pandas as pd
 
+from sparksim.atomic import atomic_file
+from sparksim.plotting import pyplot
+
 
 def plot_pareto(table: pd.DataFrame, out: Path | str, *, title: str = "",
                 baseline: str | None = None) -> Path:
     """Draw every sweep point and each policy's frontier; mark policies that are not lossless.
 
-    x: interactivity (tok/s/user), y: tput_per_gpu (tok/s/GPU), as in DSpark's Fig. 7.
+    x: interactivity (tok/s/user), y: tput_per_gpu (tok/s/GPU), as in DSpark's Fig. 7. The PNG
+    is written atomically (with its folder); MissingExtraError without matplotlib.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()  # first, so a missing matplotlib fails before any work
 
     from sparksim.sweep import pareto_frontier, speedup_at_matched_throughput
 
@@ -62,6 +63,7 @@ def plot_pareto(table: pd.DataFrame, out: Path | str, *, title: str = "",
     ax.legend(fontsize=8, loc="lower left")
     ax.set_title(title or "Pareto frontier (dashed: not lossless)")
     out = Path(out)
-    fig.savefig(out, dpi=130)
+    with atomic_file(out) as tmp:
+        fig.savefig(tmp, format="png", dpi=130)
     plt.close(fig)
     return out

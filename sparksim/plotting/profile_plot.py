@@ -18,6 +18,7 @@ import pandas as pd
 from numpy.typing import NDArray
 
 from sparksim.atomic import atomic_file
+from sparksim.plotting import pyplot
 from sparksim.profile import ProfileWarning, load_profile
 
 KNEE_RISE = 1.2  # the knee is where step cost first exceeds this multiple of the smallest batch's
@@ -105,11 +106,11 @@ def load_curves(paths: Sequence[Path], context: float | None = None) -> list[Cur
 
 
 def plot_profiles(paths: Sequence[Path], out: Path, *, context: float | None = None) -> Path:
-    """Draw SPS(B) and tokens/s against B (log x) for every profile in `paths`; write a PNG."""
-    import matplotlib
+    """Draw SPS(B) and tokens/s against B (log x) for every profile in `paths`; write a PNG.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    Raises MissingExtraError without matplotlib (the `plot` extra) and FormatError for a bad profile.
+    """
+    plt = pyplot()  # first, so a missing matplotlib fails before the profiles are read
 
     curves = load_curves(paths, context)
     fig, (ax_sps, ax_tps) = plt.subplots(1, 2, figsize=(13, 5), constrained_layout=True)
