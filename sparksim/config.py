@@ -154,6 +154,10 @@ class PolicyConfig(BaseModel):
 
     model_config = ConfigDict(extra="allow")
     name: str = "two-step"
+    drafter: str | None = Field(
+        None, description="drafter whose cost the engine pays: a name in the profile card's "
+        "drafters (e.g. mtp-1 for MTP-γ); None: the profile's default drafter"
+    )
 
     @property
     def params(self) -> dict[str, Any]:
@@ -198,9 +202,6 @@ class Scenario(_Model):
     profile: str = "profiles/h100-qwen3-8b-analytic"
     lookup: Literal["step", "linear"] = "step"
     traces: str = "traces/synth-dspark-qwen3-8b"
-    drafter: str | None = Field(
-        None, description="drafter whose cost the engine pays (a name in the profile card's drafters; None: its default)"
-    )
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     workload: WorkloadConfig = Field(default_factory=WorkloadConfig)
     policy: PolicyConfig = Field(default_factory=PolicyConfig)

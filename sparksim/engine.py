@@ -132,7 +132,7 @@ class Engine:
         self.measure_decision = cl.pipeline == "sync" and cl.decision_s == "measured"
         self.drafts = policy.drafts
         self.draft_positions = policy.draft_positions
-        self.drafter = scenario.drafter
+        self.drafter = scenario.policy.drafter
         self.per_request_kv = profile.kv_model != "legacy-grid"
         self.prefill_first = cl.prefill.schedule == "prefill-first"
         self.max_context_tokens = cl.max_context_tokens or (1 << 62)
@@ -313,7 +313,7 @@ class Engine:
         stats = self.stats
         policy = self.policy
         observes = type(policy).observe is not Policy.observe  # skip a no-op call per step
-        draft_cache = profile.draft_s_scalar
+        draft_cost = profile.draft_step_s
         while True:
             if self.queue:
                 self._admit()
@@ -351,7 +351,7 @@ class Engine:
                 if self.drafts:
                     # sync pipeline: the GPU waits for the policy (no decision without a drafter)
                     decision_s = self.decision_const_s if self.sync_decision else 0.0
-                    draft_s = draft_cache(m, self.draft_positions, self.drafter)
+                    draft_s = draft_cost(m, self.draft_positions, self.drafter, kv_tokens)
                     batch = StepBatch(
                         request_ids=st[RID, :m].copy(),  # policies may keep it across steps
                         conf=self.t_conf.take(rows, axis=0),

@@ -67,7 +67,17 @@ class DraftTable:
     ms: NDArray[np.float64]  # (P, D) drafting time in ms, or (1, D) for a full-block table
     kind: str = "block"  # mtp | block | autoregressive (as the card describes it)
     layers: int | None = None
+    kv_ms_per_token: float = 0.0  # reading its KV cache, per context token (0: in the table)
     info: dict[str, Any] = field(default_factory=dict)  # the card's description, verbatim
+
+    def kv_ms(self, positions: int, kv_tokens: float) -> float:
+        """Return ms to read its KV cache over `kv_tokens` context tokens for one drafting step.
+
+        A block drafter reads it once per step; a pass-based one (mtp, autoregressive) once
+        per drafted position.
+        """
+        passes = 1 if self.kind == "block" else positions
+        return self.kv_ms_per_token * kv_tokens * passes
 
     @classmethod
     def full_block(cls, name: str, requests: ArrayLike, draft_ms: ArrayLike) -> DraftTable:
@@ -330,6 +340,16 @@ class Profile:
             cached = float(self.draft_s(int(requests), positions, drafter))
             self._draft_cache[key] = cached
         return cached
+
+    def draft_step_s(self, requests: int, positions: int, drafter: str | None, kv_tokens: float
+                     ) -> float:
+        """Return one drafting step's seconds: the table at (requests, positions) plus its KV reads."""
+        if requests <= 0 or not self.drafters or positions == 0:
+            return 0.0
+        table = self.drafter(drafter)
+        assert table is not None
+        base = self.draft_s_scalar(requests, positions, drafter)
+        return base + table.kv_ms(positions, kv_tokens) / 1e3 if table.kv_ms_per_token else base
 
     def _positions_row(self, table: DraftTable, positions: float) -> NDArray[np.float64]:
         pos = table.positions
@@ -624,7 +644,13 @@ def _parse_drafters(
         if table is None:
             continue
         table.kind = kind
-        table.layers = int(info["layers"]) if info.get("layers") is not None else None
+        layers = info.get("layers", info.get("num_layers"))
+        table.layers = int(layers) if layers is not None else None
+        coef = info.get("kv_ms_per_token", 0.0)
+        if not _nonneg(coef):
+            problems.append(f"card.yaml: drafters.{dname}.kv_ms_per_token={coef!r} must be a number >= 0")
+            continue
+        table.kv_ms_per_token = float(coef)
         table.info = dict(info)
         tables[str(dname)] = table
     return (tables, default) if len(tables) == len(listed) else (None, None)

@@ -1,12 +1,13 @@
-"""Analytic SPS(B) profiles: a roofline step-time model of the target and a DSpark-shaped drafter.
+"""Analytic SPS(B) profiles: a roofline step-time model of the target and its drafters.
 
-One verification step of B tokens from R = ceil(B / tokens_per_request) requests, each
-attending to `context` tokens of KV cache, takes
+A step's dense work on B tokens (weights, linear layers, LM head, the new tokens' KV) takes
 
-    time = max(bytes / (HBM bandwidth × mem_eff), FLOPs / (peak × compute_eff)) + step overhead
+    dense = max(bytes / (HBM bandwidth × mem_eff), FLOPs / (peak × compute_eff)) + step overhead
 
-with bytes = weights + KV cache read + KV written + activations and FLOPs = 2 × matmul
-params × B + attention. Inside the CUDA-graph capture sizes a batch replays the graph of
+and reading the batch's KV cache, K tokens in all, is a separate memory-bound kernel:
+attention = K × KV bytes per token / (HBM bandwidth × mem_eff). Prompt chunks add causal
+attention, compute-bound. Drafters are priced by kind (a parallel block, chained MTP
+modules, an autoregressive Eagle head) and drafted positions. Inside the CUDA-graph capture sizes a batch replays the graph of
 the next captured size (a staircase); past the largest one the step runs eagerly and pays
 the launch cost of every kernel (a cliff). docs/profiles.md derives every term.
 """
@@ -27,12 +28,19 @@ from sparksim.hardware import FIELD_SOURCES, GPUS, HardwareSpec, get_gpu
 from sparksim.models import ModelSpec
 
 __all__ = [
+    "DSPARK_5",
     "DTYPE_BYTES",
+    "EAGLE3",
     "GPUS",
+    "MTP_1",
     "DrafterShape",
     "HardwareSpec",
+    "activation_reserve_bytes",
     "analytic_profile",
+    "attention_ms",
     "default_capture_sizes",
+    "dense_bytes",
+    "dense_verify_ms",
     "draft_bytes",
     "draft_flops",
     "get_gpu",
@@ -40,6 +48,7 @@ __all__ = [
     "graph_verify_ms",
     "ladder",
     "pad_to_capture",
+    "prefill_attention_coef_ms",
     "roofline_draft_ms",
     "roofline_verify_ms",
     "verify_bytes",
@@ -113,7 +122,7 @@ def _attention_flops_per_token_ctx(model: ModelSpec, num_layers: int) -> int:
     return 4 * num_layers * model.num_heads * model.head_dim
 
 
-def verify_flops(model: ModelSpec, tokens: ArrayLike, context: ArrayLike) -> NDArray[np.float64]:
+def verify_flops(model: ModelSpec, tokens: ArrayLike, context: ArrayLike = 0) -> NDArray[np.float64]:
     """Return the FLOPs of a target step of `tokens` tokens, each attending to `context` tokens.
 
     2 × matmul params × tokens (LM head included, since every verified position needs
@@ -125,6 +134,21 @@ def verify_flops(model: ModelSpec, tokens: ArrayLike, context: ArrayLike) -> NDA
     return 2.0 * model.matmul_params * t + attn * t * c
 
 
+def dense_bytes(model: ModelSpec, tokens: ArrayLike, *, dtype_bytes: int = 2) -> NDArray[np.float64]:
+    """Return the HBM bytes a step's dense work moves: weights, the new tokens' KV, activations.
+
+    The input embedding is a gather of `tokens` rows, not a read of the table, so weights
+    count `matmul_params`. Reading the running requests' KV cache is `attention_ms`'s.
+    """
+    t = np.asarray(tokens, dtype=np.float64)
+    kv_elems = model.kv_bytes_per_token  # elements per token of context, all layers
+    acts = t * (
+        dtype_bytes * (model.num_layers * _layer_act_elems(model) + model.hidden)
+        + LOGIT_BYTES * model.vocab
+    )
+    return dtype_bytes * model.matmul_params + t * kv_elems * dtype_bytes + acts
+
+
 def verify_bytes(
     model: ModelSpec,
     tokens: ArrayLike,
@@ -133,26 +157,13 @@ def verify_bytes(
     dtype_bytes: int = 2,
     tokens_per_request: int = 8,
 ) -> NDArray[np.float64]:
-    """Return the HBM bytes a target step moves: weights, KV read and written, activations.
-
-    The R = ceil(tokens / tokens_per_request) requests each read `context` tokens of KV
-    cache; the input embedding is a gather of `tokens` rows, not a read of the table, so
-    weights count `matmul_params`.
-    """
+    """Return the HBM bytes of a step of `tokens` tokens from ceil(tokens / tokens_per_request)
+    requests, each reading `context` tokens of KV (the profiler's measuring convention)."""
     if tokens_per_request < 1:
         raise ConfigError(f"tokens_per_request={tokens_per_request} must be >= 1")
     t = np.asarray(tokens, dtype=np.float64)
-    c = np.asarray(context, dtype=np.float64)
-    requests = np.ceil(t / tokens_per_request)
-    kv_elems = model.kv_bytes_per_token  # elements per token of context, all layers
-    weights = dtype_bytes * model.matmul_params
-    kv_read = requests * c * kv_elems * dtype_bytes
-    kv_write = t * kv_elems * dtype_bytes
-    acts = t * (
-        dtype_bytes * (model.num_layers * _layer_act_elems(model) + model.hidden)
-        + LOGIT_BYTES * model.vocab
-    )
-    return weights + kv_read + kv_write + acts
+    kv = np.ceil(t / tokens_per_request) * np.asarray(context, np.float64)
+    return dense_bytes(model, t, dtype_bytes=dtype_bytes) + kv * model.kv_bytes_per_token * dtype_bytes
 
 
 def _roofline_ms(
@@ -161,6 +172,43 @@ def _roofline_ms(
     mem_s = bytes_moved / (hw.mem_bytes_per_s * hw.mem_eff)
     compute_s = flops / (hw.peak_for(dtype_bytes) * hw.compute_eff)
     return np.maximum(mem_s, compute_s) * 1e3
+
+
+def dense_verify_ms(
+    hw: HardwareSpec, model: ModelSpec, tokens: ArrayLike, *, dtype_bytes: int = 2
+) -> NDArray[np.float64]:
+    """Return the roofline time in ms of a step's dense work at `tokens` tokens, no graphs.
+
+    max(bytes / (bandwidth × mem_eff), FLOPs / (peak × compute_eff)) + hw.step_overhead_ms
+    over the weights, the new tokens' KV writes and the activations: the GEMMs, norms and
+    LM head, which run whatever the batch's contexts are.
+    """
+    b = dense_bytes(model, tokens, dtype_bytes=dtype_bytes)
+    f = verify_flops(model, tokens)
+    return _roofline_ms(hw, b, f, dtype_bytes) + hw.step_overhead_ms
+
+
+def attention_ms(
+    hw: HardwareSpec, model: ModelSpec, kv_tokens: ArrayLike, *, dtype_bytes: int = 2
+) -> NDArray[np.float64]:
+    """Return the time in ms to read `kv_tokens` tokens of KV cache (all layers), at mem_eff.
+
+    Decode and verify attention are memory-bound: a request verifying 1 + ℓ tokens does
+    (1 + ℓ) × heads / kv_heads FLOPs per KV byte (≤ 32 for Qwen3-8B at ℓ = 7), far below
+    the ridge (~300 on an H100), so the KV read sets the time and the request count does not.
+    """
+    kv = np.asarray(kv_tokens, dtype=np.float64)
+    return kv * model.kv_bytes_per_token * dtype_bytes / (hw.mem_bytes_per_s * hw.mem_eff) * 1e3
+
+
+def prefill_attention_coef_ms(hw: HardwareSpec, model: ModelSpec, *, dtype_bytes: int = 2) -> float:
+    """Return ms per token² of causal prefill attention: a chunk of q after p costs coef·((p+q)²−p²).
+
+    QKᵀ and PV over the causal pairs, q·p + q²/2 of them, at 4 × layers × heads × head_dim
+    FLOPs each, compute-bound at compute_eff (FlashAttention on long prompts).
+    """
+    flops_per_pair = _attention_flops_per_token_ctx(model, model.num_layers)
+    return flops_per_pair / 2.0 / (hw.peak_for(dtype_bytes) * hw.compute_eff) * 1e3
 
 
 def roofline_verify_ms(
@@ -172,22 +220,25 @@ def roofline_verify_ms(
     dtype_bytes: int = 2,
     tokens_per_request: int = 8,
 ) -> NDArray[np.float64]:
-    """Return the roofline time in ms of a target step at each (`tokens`, `context`), no graphs.
+    """Return the roofline time in ms of a whole target step at each (`tokens`, `context`), no graphs.
 
-    max(bytes / (bandwidth × mem_eff), FLOPs / (peak × compute_eff)) + hw.step_overhead_ms;
-    `tokens` and `context` broadcast. No CUDA-graph padding and no eager launch cost.
+    The dense work plus reading the KV cache of ceil(tokens / tokens_per_request) requests
+    at `context` tokens each (the convention of the profiler's measured grid); `tokens`
+    and `context` broadcast. No CUDA-graph padding and no eager launch cost.
     """
-    b = verify_bytes(model, tokens, context, dtype_bytes=dtype_bytes,
-                     tokens_per_request=tokens_per_request)
-    f = verify_flops(model, tokens, context)
-    return _roofline_ms(hw, b, f, dtype_bytes) + hw.step_overhead_ms
+    if tokens_per_request < 1:
+        raise ConfigError(f"tokens_per_request={tokens_per_request} must be >= 1")
+    t = np.asarray(tokens, dtype=np.float64)
+    kv = np.ceil(t / tokens_per_request) * np.asarray(context, np.float64)
+    return dense_verify_ms(hw, model, t, dtype_bytes=dtype_bytes) + attention_ms(
+        hw, model, kv, dtype_bytes=dtype_bytes)
 
 
 def graph_verify_ms(
     hw: HardwareSpec,
     model: ModelSpec,
     tokens: ArrayLike,
-    context: ArrayLike,
+    context: ArrayLike = 0,
     *,
     capture_sizes: Sequence[int],
     dtype_bytes: int = 2,
@@ -197,7 +248,7 @@ def graph_verify_ms(
 
     A batch inside the captured range replays the next captured size's graph, so every
     term is evaluated at the padded size; a batch past it runs eagerly and adds the
-    launch cost of every layer's kernels.
+    launch cost of every layer's kernels. `context=0` gives the dense part alone.
     """
     padded, eager = pad_to_capture(tokens, capture_sizes)
     base = roofline_verify_ms(hw, model, padded, context, dtype_bytes=dtype_bytes,
@@ -210,37 +261,82 @@ def graph_verify_ms(
 
 @dataclass(frozen=True)
 class DrafterShape:
-    """A DSpark-shaped drafter: a parallel backbone of target-width layers plus a Markov head.
+    """A drafter's shape, by kind, for the roofline.
 
-    Each step it projects the target features of the newly verified positions into its
-    KV cache, runs γ positions (anchor + γ−1 masks) per request through its layers,
-    applies the target's LM head to all γ positions, then samples the γ tokens left to
-    right through the rank-r Markov bias (reading W2 once per position).
+    - `block` (DSpark, DFlash): a parallel backbone of target-width layers over the block
+      (anchor + positions−1 masks per request) in one pass, the target's LM head on every
+      position, then DSpark's Markov head sampled left to right (W2 read once per position).
+      Target features of the newly verified positions are projected into its KV cache.
+    - `mtp` (DeepSeek's multi-token prediction): k chained modules of `num_layers` layers,
+      one position each: one pass per drafted position, each fusing the previous token's
+      embedding with a hidden state (2h → h) and sharing the target's LM head.
+    - `autoregressive` (Eagle3): one pass per drafted position of a `num_layers`-layer
+      decoder fed fused target features (3h → h), with its own (smaller) LM head.
     """
 
+    name: str = "dspark-5"
+    kind: str = "block"  # block | mtp | autoregressive
     num_layers: int = 5  # DSpark/DFlash backbone depth (DeepSpec configs)
-    gamma: int = 7  # block size: drafted positions per request
-    num_target_features: int = 5  # target layers whose hidden states are injected
-    markov_rank: int = 256  # low-rank bigram W1[x]·W2
-    injected_tokens_per_request: int = 8  # verified positions whose features enter the KV cache
+    gamma: int = 7  # most positions it drafts per request (the block size)
+    num_target_features: int = 5  # hidden states fused into its input or KV
+    markov_rank: int = 256  # block only: low-rank bigram W1[x]·W2 (0: no Markov head)
+    injected_tokens_per_request: int = 8  # block: verified positions whose features enter the KV cache
+    draft_vocab: int | None = None  # its LM head's rows (None: the target's vocabulary, shared)
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("block", "mtp", "autoregressive"):
+            raise ConfigError(f"drafter kind={self.kind!r} is not one of block, mtp, autoregressive")
+
+
+# The three drafters the shipped analytic profiles price, for a Qwen3-class target
+DSPARK_5 = DrafterShape()
+MTP_1 = DrafterShape(name="mtp-1", kind="mtp", num_layers=1, gamma=7, num_target_features=2,
+                     markov_rank=0, injected_tokens_per_request=0)
+EAGLE3 = DrafterShape(name="eagle3", kind="autoregressive", num_layers=1, gamma=7,
+                      num_target_features=3, markov_rank=0, injected_tokens_per_request=0,
+                      draft_vocab=32000)
+DRAFTER_SOURCES = {
+    "dspark-5": "DSpark in DeepSpec (deepseek-ai/DeepSpec): 5 target-width Qwen3 layers, block 7, "
+                "5 injected target layers, Markov rank 256, a frozen copy of the target's LM head",
+    "mtp-1": "DeepSeek-V3's MTP module (arXiv 2412.19437 §2.2): one target-width layer, a 2h→h "
+             "projection of [embedding; hidden], the target's LM head shared; chained once per "
+             "position past the first (the module is reused)",
+    "eagle3": "EAGLE-3 (arXiv 2503.01840): one decoder layer over fused low/mid/high target "
+              "features (3h→h), a 32k-token draft vocabulary (its released Llama/Qwen heads)",
+}
+
+
+def _fc_params(model: ModelSpec, d: DrafterShape) -> int:
+    return d.num_target_features * model.hidden * model.hidden
+
+
+def _head_params(model: ModelSpec, d: DrafterShape) -> int:
+    return (d.draft_vocab or model.vocab) * model.hidden
 
 
 def draft_flops(
-    model: ModelSpec, drafter: DrafterShape, requests: ArrayLike, context: ArrayLike
+    model: ModelSpec, drafter: DrafterShape, requests: ArrayLike, context: ArrayLike,
+    positions: ArrayLike | None = None,
 ) -> NDArray[np.float64]:
-    """Return the FLOPs of one drafting step for `requests` requests at draft `context` tokens."""
+    """Return the FLOPs of one drafting step for `requests` requests drafting `positions` each."""
+    d = drafter
     r = np.asarray(requests, dtype=np.float64)
     c = np.asarray(context, dtype=np.float64)
-    block = r * drafter.gamma  # tokens through the backbone
-    injected = r * drafter.injected_tokens_per_request
+    p = np.asarray(d.gamma if positions is None else positions, dtype=np.float64)
+    attn = _attention_flops_per_token_ctx(model, d.num_layers)
+    vocab = d.draft_vocab or model.vocab
+    if d.kind != "block":  # one pass of r tokens per position, each attending to the context
+        per_pass = (2.0 * (d.num_layers * model.layer_params + _fc_params(model, d)
+                           + _head_params(model, d)) * r + attn * r * c)
+        return p * per_pass
+    block = r * p  # tokens through the backbone
+    injected = r * d.injected_tokens_per_request
     kv_proj = model.hidden * 2 * model.num_kv_heads * model.head_dim
-    fc = drafter.num_target_features * model.hidden * model.hidden
-    attn = _attention_flops_per_token_ctx(model, drafter.num_layers)
     return (
-        2.0 * drafter.num_layers * model.layer_params * block
-        + 2.0 * (fc + drafter.num_layers * kv_proj) * injected
-        + attn * block * (c + drafter.gamma)  # the block attends to the context and to itself
-        + 2.0 * (model.vocab * model.hidden + drafter.markov_rank * model.vocab) * block
+        2.0 * d.num_layers * model.layer_params * block
+        + 2.0 * (_fc_params(model, d) + d.num_layers * kv_proj) * injected
+        + attn * block * (c + p)  # the block attends to the context and to itself
+        + 2.0 * (vocab * model.hidden + d.markov_rank * vocab) * block
     )
 
 
@@ -250,27 +346,31 @@ def draft_bytes(
     requests: ArrayLike,
     context: ArrayLike,
     *,
+    positions: ArrayLike | None = None,
     dtype_bytes: int = 2,
 ) -> NDArray[np.float64]:
-    """Return the HBM bytes one drafting step moves: its weights, the shared LM head, KV, activations."""
+    """Return the HBM bytes one drafting step moves: weights (per pass), LM head, KV, activations."""
+    d = drafter
     r = np.asarray(requests, dtype=np.float64)
     c = np.asarray(context, dtype=np.float64)
-    block = r * drafter.gamma
-    injected = r * drafter.injected_tokens_per_request
-    kv_elems = 2 * drafter.num_layers * model.num_kv_heads * model.head_dim
-    fc = drafter.num_target_features * model.hidden * model.hidden
-    markov_w2 = drafter.markov_rank * model.vocab
-    weights = dtype_bytes * (
-        drafter.num_layers * model.layer_params + fc + model.vocab * model.hidden
-        + drafter.gamma * markov_w2  # the sequential Markov loop reads W2 once per position
-    )
-    kv_read = r * (c + drafter.gamma) * kv_elems * dtype_bytes
+    p = np.asarray(d.gamma if positions is None else positions, dtype=np.float64)
+    kv_elems = 2 * d.num_layers * model.num_kv_heads * model.head_dim
+    vocab = d.draft_vocab or model.vocab
+    act_per_token = (dtype_bytes * (d.num_layers * _layer_act_elems(model) + model.hidden)
+                     + LOGIT_BYTES * vocab)
+    weights = dtype_bytes * (d.num_layers * model.layer_params + _fc_params(model, d)
+                             + _head_params(model, d))
+    if d.kind != "block":  # every pass reads the weights and the context's KV again
+        per_pass = weights + r * c * kv_elems * dtype_bytes + r * (
+            act_per_token + kv_elems * dtype_bytes)
+        return p * per_pass
+    block = r * p
+    injected = r * d.injected_tokens_per_request
+    markov = p * dtype_bytes * d.markov_rank * vocab  # the sequential loop reads W2 per position
+    kv_read = r * (c + p) * kv_elems * dtype_bytes
     kv_write = (injected + block) * kv_elems * dtype_bytes
-    acts = block * (
-        dtype_bytes * (drafter.num_layers * _layer_act_elems(model) + model.hidden)
-        + LOGIT_BYTES * model.vocab
-    ) + injected * dtype_bytes * (drafter.num_target_features + 1) * model.hidden
-    return weights + kv_read + kv_write + acts
+    acts = block * act_per_token + injected * dtype_bytes * (d.num_target_features + 1) * model.hidden
+    return weights + markov + kv_read + kv_write + acts
 
 
 def roofline_draft_ms(
@@ -279,18 +379,37 @@ def roofline_draft_ms(
     requests: ArrayLike,
     *,
     drafter: DrafterShape | None = None,
+    positions: ArrayLike | None = None,
     context: ArrayLike = 4096,
     dtype_bytes: int = 2,
 ) -> NDArray[np.float64]:
     """Return the roofline time in ms of one drafting step for each count in `requests`, no graphs.
 
-    The drafter always drafts its full block, so cost depends on the request count only
-    (at a fixed draft context). It runs inside the engine step, so no step overhead is added.
+    `positions` (default: the drafter's full block) broadcasts against `requests`. Pass-based
+    drafters (mtp, autoregressive) pay one roofline per pass; a block drafter one for the block.
+    It runs inside the engine step, so no step overhead is added.
     """
     d = drafter or DrafterShape()
-    b = draft_bytes(model, d, requests, context, dtype_bytes=dtype_bytes)
-    f = draft_flops(model, d, requests, context)
+    p = np.asarray(d.gamma if positions is None else positions, dtype=np.float64)
+    if d.kind != "block":
+        one = _roofline_ms(hw, draft_bytes(model, d, requests, context, positions=1,
+                                           dtype_bytes=dtype_bytes),
+                           draft_flops(model, d, requests, context, positions=1), dtype_bytes)
+        return p * one
+    b = draft_bytes(model, d, requests, context, positions=p, dtype_bytes=dtype_bytes)
+    f = draft_flops(model, d, requests, context, positions=p)
     return _roofline_ms(hw, b, f, dtype_bytes)
+
+
+def draft_kv_ms_per_token(hw: HardwareSpec, model: ModelSpec, drafter: DrafterShape, *,
+                          dtype_bytes: int = 2) -> float:
+    """Return ms per context token for one read of the drafter's own KV cache (all its layers).
+
+    The engine adds this × the batch's KV tokens (per pass for pass-based drafters) to the
+    draft table, which is tabulated at `draft_context` = 0 by default.
+    """
+    kv_elems = 2 * drafter.num_layers * model.num_kv_heads * model.head_dim
+    return kv_elems * dtype_bytes / (hw.mem_bytes_per_s * hw.mem_eff) * 1e3
 
 
 def graph_draft_ms(
@@ -300,14 +419,24 @@ def graph_draft_ms(
     *,
     capture_sizes: Sequence[int],
     drafter: DrafterShape | None = None,
+    positions: ArrayLike | None = None,
     context: ArrayLike = 4096,
     dtype_bytes: int = 2,
 ) -> NDArray[np.float64]:
-    """Return the drafting time in ms with CUDA graphs keyed, as the target's, by token count (R·γ)."""
+    """Return the drafting time in ms with CUDA graphs, keyed, as the target's, by token count.
+
+    A block pass carries R·positions tokens; each pass of a pass-based drafter carries R.
+    """
     d = drafter or DrafterShape()
     r = np.asarray(requests, dtype=np.float64)
-    padded, eager = pad_to_capture(r * d.gamma, capture_sizes)
-    base = roofline_draft_ms(hw, model, padded / d.gamma, drafter=d, context=context,
+    p = np.asarray(d.gamma if positions is None else positions, dtype=np.float64)
+    if d.kind != "block":
+        padded, eager = pad_to_capture(r, capture_sizes)
+        per_pass = roofline_draft_ms(hw, model, padded, drafter=d, positions=1, context=context,
+                                     dtype_bytes=dtype_bytes)
+        return p * (per_pass + np.where(eager, hw.eager_overhead_ms(d.num_layers), 0.0))
+    padded, eager = pad_to_capture(r * p, capture_sizes)
+    base = roofline_draft_ms(hw, model, padded / p, drafter=d, positions=p, context=context,
                              dtype_bytes=dtype_bytes)
     return base + np.where(eager, hw.eager_overhead_ms(d.num_layers), 0.0)
 
@@ -334,55 +463,73 @@ def _hardware_parameters(hw: HardwareSpec) -> dict[str, Any]:
     return params
 
 
-def _verify_table(
-    hw: HardwareSpec, model: ModelSpec, sizes: list[int], ctxs: list[int], max_tokens: int,
-    dtype_bytes: int, tokens_per_request: int,
-) -> pd.DataFrame:
-    """Rows: every captured size, the first eager size, then the ladder; at every context."""
+def _token_rows(sizes: list[int], max_tokens: int) -> NDArray[np.float64]:
+    """Every captured size up to `max_tokens`, the first eager size, then the ladder."""
     inside = [s for s in sizes if s <= max_tokens]
     top = sizes[-1] if sizes else 0
     beyond = ladder(top, max_tokens)
     if top < max_tokens:
         beyond = sorted({top + 1, *beyond})
-    tokens = np.asarray(sorted({*inside, *beyond}), dtype=np.float64)
-    t_grid, c_grid = np.meshgrid(tokens, np.asarray(ctxs, np.float64))  # (C, T)
-    step_ms = graph_verify_ms(hw, model, t_grid, c_grid, capture_sizes=sizes,
-                              dtype_bytes=dtype_bytes, tokens_per_request=tokens_per_request)
-    return pd.DataFrame({
-        "tokens": t_grid.ravel().astype(np.int64),
-        "context": c_grid.ravel().astype(np.int64),
-        "step_ms": step_ms.ravel(),
-    })
+    return np.asarray(sorted({*inside, *beyond}), dtype=np.float64)
+
+
+def _verify_table(hw: HardwareSpec, model: ModelSpec, sizes: list[int], max_tokens: int,
+                  dtype_bytes: int) -> pd.DataFrame:
+    """verify.csv: the dense step (no KV read) at every captured size, the cliff, the ladder."""
+    tokens = _token_rows(sizes, max_tokens)
+    step_ms = graph_verify_ms(hw, model, tokens, 0, capture_sizes=sizes, dtype_bytes=dtype_bytes)
+    return pd.DataFrame({"tokens": tokens.astype(np.int64), "step_ms": step_ms})
+
+
+def _attention_table(hw: HardwareSpec, model: ModelSpec, max_kv_tokens: int, dtype_bytes: int
+                     ) -> pd.DataFrame:
+    """attention.csv: reading K tokens of KV cache, linear in K (two rows suffice; a few more read well)."""
+    kv = np.asarray([0, 1 << 16, 1 << 20, max(max_kv_tokens, 1 << 21)], dtype=np.float64)
+    return pd.DataFrame({"kv_tokens": kv.astype(np.int64),
+                         "attn_ms": attention_ms(hw, model, kv, dtype_bytes=dtype_bytes)})
 
 
 def _draft_table(
     hw: HardwareSpec, model: ModelSpec, sizes: list[int], d: DrafterShape, draft_context: int,
     max_requests: int, dtype_bytes: int,
 ) -> pd.DataFrame:
-    """Rows: every request count whose R·γ tokens fit a graph, the first eager count, the ladder."""
+    """A draft table: every request count while a full pass fits a graph, the first eager
+    count, the ladder; at every drafted positions count 1..γ."""
     top = sizes[-1] if sizes else 0
-    graph_requests = top // d.gamma
+    graph_requests = top // (d.gamma if d.kind == "block" else 1)
     inside = list(range(1, min(graph_requests, max_requests) + 1))
     beyond = ladder(graph_requests, max_requests)
     if graph_requests < max_requests:
         beyond = sorted({graph_requests + 1, *beyond})
     requests = np.asarray(sorted({*inside, *beyond}), dtype=np.float64)
+    r_grid, p_grid = np.meshgrid(requests, np.arange(1, d.gamma + 1, dtype=np.float64))
     return pd.DataFrame({
-        "requests": requests.astype(np.int64),
-        "draft_ms": graph_draft_ms(hw, model, requests, capture_sizes=sizes, drafter=d,
-                                   context=draft_context, dtype_bytes=dtype_bytes),
+        "positions": p_grid.ravel().astype(np.int64),
+        "requests": r_grid.ravel().astype(np.int64),
+        "draft_ms": graph_draft_ms(hw, model, r_grid.ravel(), capture_sizes=sizes, drafter=d,
+                                   positions=p_grid.ravel(), context=draft_context,
+                                   dtype_bytes=dtype_bytes),
     })
 
 
+def activation_reserve_bytes(model: ModelSpec, max_tokens: int, dtype_bytes: int) -> int:
+    """Estimate the activation memory an engine keeps free: one layer's activations and the
+    float32 logits of a `max_tokens` step (what vLLM's start-up profiling run peaks at)."""
+    return int(max_tokens * (dtype_bytes * _layer_act_elems(model) + LOGIT_BYTES * model.vocab))
+
+
 def _card(
-    hw: HardwareSpec, model: ModelSpec, dtype: str, sizes: list[int], ctxs: list[int],
-    max_tokens: int, tokens_per_request: int, d: DrafterShape, draft_context: int, command: str,
+    hw: HardwareSpec, model: ModelSpec, dtype: str, sizes: list[int], max_tokens: int,
+    drafters: Sequence[DrafterShape], draft_context: int, command: str,
 ) -> dict[str, Any]:
     """The card: what was modelled, every parameter with its source, and derived figures."""
     dtype_bytes = DTYPE_BYTES[dtype]
     # Arithmetic intensity where the achieved roofs meet; a context-free BF16 step turns
     # compute-bound at this many tokens (weights: 2 bytes read, 2 FLOPs per token each).
     ridge = hw.peak_for(dtype_bytes) * hw.compute_eff / (hw.mem_bytes_per_s * hw.mem_eff)
+    weights = dtype_bytes * (model.params + sum(
+        d.num_layers * model.layer_params + _fc_params(model, d)
+        + (_head_params(model, d) if d.draft_vocab else 0) for d in drafters))
     return {
         "source": "analytic",
         "hardware": hw.name,
@@ -392,8 +539,7 @@ def _card(
         "command": command or "sparksim.roofline.analytic_profile (Python API)",
         "engine": "none: roofline model (sparksim.roofline) with vLLM-style CUDA-graph semantics",
         "graph_capture_sizes": sizes,
-        "tokens_per_request": int(tokens_per_request),
-        "contexts": ctxs,
+        "gpus_per_replica": 1,
         "max_tokens": int(max_tokens),
         "hardware_source": hw.source,
         "parameters": _hardware_parameters(hw),
@@ -405,33 +551,53 @@ def _card(
             "config_hash": model.config_hash(),
             "source": model.source or "sparksim.models",
         },
-        "drafter": {
-            **asdict(d),
-            "context": int(draft_context),
-            "shares_target_lm_head": True,
-            "graph_padding": "R*gamma tokens padded to graph_capture_sizes; eager past the largest",
-            "source": "shape of DSpark in DeepSpec (defaults: 5 target-width Qwen3 layers, block 7, "
-            "5 injected target layers, Markov rank 256, frozen copy of the target's LM head)",
+        "cost_model": {
+            "kind": "tokens+kv (sparksim.profile)",
+            "prefill_attention_ms_per_token_sq": prefill_attention_coef_ms(
+                hw, model, dtype_bytes=dtype_bytes),
+            "dense": "verify.csv: max(bytes/(mem_bytes_per_s*mem_eff), flops/(peak*compute_eff))*1e3 "
+                     "+ step_overhead_ms [+ kernels_per_layer*layers*launch_us/1e3 past the largest "
+                     "capture]; bytes = dtype*matmul_params + tokens*(kv_elems*dtype + act_bytes); "
+                     "flops = 2*matmul_params*tokens",
+            "attention": "attention.csv: kv_tokens*kv_elems*dtype/(mem_bytes_per_s*mem_eff)*1e3 "
+                         "(memory-bound: see sparksim.roofline.attention_ms)",
+            "prefill_attention": "coef*((prefix+chunk)^2 - prefix^2), coef = 2*layers*heads*"
+                                 "head_dim/(peak*compute_eff)*1e3 (causal pairs, compute-bound)",
         },
+        "memory": {
+            "hbm_bytes": hw.hbm_bytes,
+            "weights_bytes": weights,
+            "kv_bytes_per_token": model.kv_bytes_per_token * dtype_bytes,
+            "activation_reserve_bytes": activation_reserve_bytes(model, max_tokens, dtype_bytes),
+            "source": "hbm_bytes: datasheet; weights: the model's parameters and every drafter's "
+                      "own weights (shared LM heads once) in the dtype; kv per token: 2 x layers x "
+                      "kv_heads x head_dim x dtype; activation reserve: estimated as one layer's "
+                      "activations plus float32 logits for a max_tokens step",
+        },
+        "drafters": {
+            d.name: {
+                "file": f"draft-{d.name}.csv", **{k: v for k, v in asdict(d).items() if k != "name"},
+                "context": int(draft_context),  # the table's; the engine adds kv_ms_per_token x KV
+                "kv_ms_per_token": draft_kv_ms_per_token(hw, model, d, dtype_bytes=dtype_bytes),
+                "graph_padding": ("R*positions tokens padded to graph_capture_sizes; eager past the "
+                                  "largest" if d.kind == "block" else
+                                  "each pass's R tokens padded to graph_capture_sizes"),
+                "source": DRAFTER_SOURCES.get(d.name, "user-described shape"),
+            }
+            for d in drafters
+        },
+        "default_drafter": drafters[0].name,
         "derived": {
             "ridge_flops_per_byte": round(ridge, 1),
             "ridge_tokens_without_kv": round(ridge * dtype_bytes / 2, 1),
             "weights_ms": round(dtype_bytes * model.matmul_params
                                 / (hw.mem_bytes_per_s * hw.mem_eff) * 1e3, 4),
             "eager_overhead_ms": hw.eager_overhead_ms(model.num_layers),
-            "kv_bytes_per_request_at_max_context": model.kv_bytes_per_token * dtype_bytes * ctxs[-1],
         },
-        "model_formula": (
-            "step_ms = max(bytes/(mem_bytes_per_s*mem_eff), flops/(peak*compute_eff))*1e3 "
-            "+ step_overhead_ms [+ kernels_per_layer*layers*launch_us/1e3 past the largest capture]; "
-            "bytes = dtype*matmul_params + ceil(tokens/tokens_per_request)*context*kv_elems*dtype "
-            "+ tokens*(kv_elems*dtype + act_bytes); flops = 2*matmul_params*tokens "
-            "+ 4*layers*heads*head_dim*tokens*context. See docs/profiles.md."
-        ),
         "caveats": (
-            "Not a measurement. Rows whose R x context KV cache exceeds HBM capacity are "
-            "unreachable in practice but kept so the grid is complete. Eager launch cost is "
-            "added in full (no CPU/GPU overlap), an upper bound on the cliff."
+            "Not a measurement. Dense work and KV reads are priced as separate kernels (their "
+            "times add); drafters attend to a fixed context (drafters.*.context). Eager launch "
+            "cost is added in full (no CPU/GPU overlap), an upper bound on the cliff."
         ),
     }
 
@@ -443,29 +609,32 @@ def analytic_profile(
     dtype: str = "bf16",
     capture_sizes: Sequence[int] | None = None,
     max_tokens: int = 8192,
-    contexts: Sequence[int] = DEFAULT_CONTEXTS,
-    tokens_per_request: int = 8,
-    drafter: DrafterShape | None = None,
-    draft_context: int = 4096,
+    drafters: Sequence[DrafterShape] | None = None,
+    draft_context: int = 0,
     max_requests: int = 1024,
     command: str = "",
-) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any]]:
-    """Return (verify, draft, card) tables of an analytic profile, ready for `write_profile`.
+) -> tuple[pd.DataFrame, dict[str, pd.DataFrame], dict[str, Any]]:
+    """Return (verify, {other files}, card) of an analytic profile, ready for `write_profile`.
 
-    verify.csv rows: every captured size up to `max_tokens`, the first eager size (so the
-    cliff sits where it belongs in both lookup modes), then the ×1.5/×4/3 ladder up to
-    `max_tokens`, at each context in `contexts`. draft.csv rows: every request count
-    while R·γ fits the captured range, the first eager count, then the ladder up to
+    verify.csv: the dense step at every captured size up to `max_tokens`, the first eager
+    size (so the cliff sits where it belongs in both lookup modes), then the ×1.5/×4/3
+    ladder. attention.csv: the KV read, linear in KV tokens. One draft table per drafter
+    (default: DSpark-5, MTP-1, Eagle3), at 1..γ positions and every request count while a
+    pass fits the captured range, the first eager count, then the ladder up to
     `max_requests`. `capture_sizes=None` means vLLM's default; an empty list means no graphs.
     """
     if dtype not in DTYPE_BYTES:
         raise ConfigError(f"dtype={dtype!r} is not one of {list(DTYPE_BYTES)}")
     dtype_bytes = DTYPE_BYTES[dtype]
     hw.peak_for(dtype_bytes)  # fails early for FP8 on a chip without it
-    d = drafter or DrafterShape()
-    for key, val in (("max_tokens", max_tokens), ("tokens_per_request", tokens_per_request),
-                     ("max_requests", max_requests), ("draft_context", draft_context),
-                     ("gamma", d.gamma), ("draft layers", d.num_layers)):
+    ds = list(drafters) if drafters is not None else [DSPARK_5, MTP_1, EAGLE3]
+    if len({d.name for d in ds}) != len(ds):
+        raise ConfigError(f"drafter names repeat: {[d.name for d in ds]}")
+    if draft_context < 0:
+        raise ConfigError(f"draft_context={draft_context} must be >= 0")
+    for key, val in (("max_tokens", max_tokens), ("max_requests", max_requests),
+                     *((f"{d.name} gamma", d.gamma) for d in ds),
+                     *((f"{d.name} layers", d.num_layers) for d in ds)):
         if val < 1:
             raise ConfigError(f"{key}={val} must be >= 1")
     for key, fval in (("compute_eff", hw.compute_eff), ("mem_eff", hw.mem_eff)):
@@ -477,13 +646,12 @@ def analytic_profile(
             raise ConfigError(f"{key}={fval} must be >= 0")
     sizes = _check_sizes("capture sizes", default_capture_sizes() if capture_sizes is None
                          else capture_sizes)
-    ctxs = _check_sizes("contexts", contexts)
-    if not ctxs:
-        raise ConfigError("contexts: at least one context length is needed")
-
-    verify = _verify_table(hw, model, sizes, ctxs, max_tokens, dtype_bytes, tokens_per_request)
-    draft = _draft_table(hw, model, sizes, d, draft_context, max_requests, dtype_bytes)
-    card = _card(hw, model, dtype, sizes, ctxs, max_tokens, tokens_per_request, d, draft_context,
-                 command)
-    return verify, draft, card
-
+    card = _card(hw, model, dtype, sizes, max_tokens, ds, draft_context, command)
+    mem = card["memory"]
+    max_kv = int((hw.hbm_bytes - mem["weights_bytes"]) // mem["kv_bytes_per_token"]) if hw.hbm_bytes else 0
+    verify = _verify_table(hw, model, sizes, max_tokens, dtype_bytes)
+    extra = {"attention.csv": _attention_table(hw, model, max_kv, dtype_bytes)}
+    for d in ds:
+        extra[f"draft-{d.name}.csv"] = _draft_table(hw, model, sizes, d, draft_context,
+                                                    max_requests, dtype_bytes)
+    return verify, extra, card

@@ -102,16 +102,16 @@ def load_inputs(
             raise RangeError(msg + " (an error under --strict)")
         warnings.warn(msg, ProfileWarning, stacklevel=2)
     if policy.drafts:
-        if not profile.drafters and scenario.drafter is None:
+        if not profile.drafters and scenario.policy.drafter is None:
             warnings.warn(
                 f"profile={scenario.profile!r} has no draft table, so policy "
                 f"{scenario.policy.name!r} drafts for free; add the drafter's table to the profile",
                 ProfileWarning, stacklevel=2)
-        elif scenario.drafter is not None and scenario.drafter not in profile.drafters:
+        elif scenario.policy.drafter is not None and scenario.policy.drafter not in profile.drafters:
             raise ConfigError(
-                f"drafter={scenario.drafter!r} is not in profile={scenario.profile!r} "
+                f"policy.drafter={scenario.policy.drafter!r} is not in profile={scenario.profile!r} "
                 f"(its drafters: {sorted(profile.drafters) or 'none'})")
-        table = profile.drafter(scenario.drafter) if profile.drafters else None
+        table = profile.drafter(scenario.policy.drafter) if profile.drafters else None
         top = table.max_positions if table is not None else None
         if table is not None and top is not None and policy.draft_positions > top:
             msg = (f"policy {scenario.policy.name!r} drafts {policy.draft_positions} positions but "
@@ -203,7 +203,7 @@ def simulate(
 def _cost_summary(scenario: Scenario, profile: Profile, policy: Any, requests: pd.DataFrame
                   ) -> dict[str, Any]:
     """What the run's steps paid for: the drafter, the KV model, the KV cache and its pressure."""
-    table = profile.drafter(scenario.drafter) if policy.drafts and profile.drafters else None
+    table = profile.drafter(scenario.policy.drafter) if policy.drafts and profile.drafters else None
     capacity = kv_capacity_tokens(scenario, profile)
     cl, wl = scenario.cluster, scenario.workload
     asked = wl.concurrency if wl.kind == "closed" else None

@@ -22,12 +22,18 @@ from sparksim.cli import app
 from sparksim.models import PRESETS
 from sparksim.profile import CARD_REQUIRED, ProfileWarning, check_card, load_profile, write_profile
 from sparksim.roofline import (
+    DSPARK_5,
+    EAGLE3,
     GPUS,
+    MTP_1,
     DrafterShape,
     analytic_profile,
+    attention_ms,
     default_capture_sizes,
+    dense_verify_ms,
     graph_draft_ms,
     graph_verify_ms,
+    prefill_attention_coef_ms,
     roofline_draft_ms,
     roofline_verify_ms,
 )
@@ -66,17 +72,33 @@ def test_a_memory_bound_step_costs_the_weight_read_whatever_the_batch() -> None:
 
 
 def test_a_compute_bound_step_grows_by_flops_over_peak_per_token() -> None:
-    """Past the ridge every token costs its FLOPs at the achieved peak, attention included."""
-    context = 1024
+    """Past the ridge every token costs its GEMM FLOPs at the achieved peak."""
     for hw in (H100, H200, GPUS["a100"], GPUS["b200"]):
-        t1, t2 = roofline_verify_ms(hw, QWEN, [4096, 8192], context)
+        t1, t2 = dense_verify_ms(hw, QWEN, [4096, 8192])
         slope_ms = (t2 - t1) / 4096
-        flops_per_token = 2 * MATMUL_PARAMS + 4 * L * HEADS * HEAD_DIM * context
+        flops_per_token = 2 * MATMUL_PARAMS
         assert slope_ms == pytest.approx(flops_per_token / (hw.peak_flops * hw.compute_eff) * 1e3,
                                          rel=1e-9), hw.name
     # compute-bound means bandwidth does not matter: H100 and H200 agree
-    np.testing.assert_allclose(roofline_verify_ms(H100, QWEN, [4096, 8192], context),
-                               roofline_verify_ms(H200, QWEN, [4096, 8192], context), rtol=1e-12)
+    np.testing.assert_allclose(dense_verify_ms(H100, QWEN, [4096, 8192]),
+                               dense_verify_ms(H200, QWEN, [4096, 8192]), rtol=1e-12)
+
+
+def test_reading_the_kv_cache_adds_to_a_compute_bound_step() -> None:
+    """Attention kernels run after the GEMMs, so their KV read adds to the step, never hides under it."""
+    kv = 256 * 1024
+    whole = roofline_verify_ms(H100, QWEN, 4096, 1024, tokens_per_request=16)  # 256 requests
+    read_ms = kv * KV_ELEMS_PER_TOKEN * 2 / (H100.mem_bytes_per_s * H100.mem_eff) * 1e3
+    assert float(attention_ms(H100, QWEN, kv)) == pytest.approx(read_ms, rel=1e-12)
+    assert float(whole) == pytest.approx(float(dense_verify_ms(H100, QWEN, 4096)) + read_ms, rel=1e-12)
+
+
+def test_prefill_attention_is_quadratic_in_the_prompt_at_the_compute_peak() -> None:
+    """A q-token prompt has q²/2 causal pairs, 4·L·H·d FLOPs each: long prompts pay quadratically."""
+    coef = prefill_attention_coef_ms(H100, QWEN)
+    pairs = 2048**2 / 2
+    want = pairs * 4 * L * HEADS * HEAD_DIM / (H100.peak_flops * H100.compute_eff) * 1e3
+    assert coef * 2048**2 == pytest.approx(want, rel=1e-12)
 
 
 def test_kv_cache_read_adds_cost_per_request_and_context_token() -> None:
@@ -146,27 +168,31 @@ def test_analytic_profile_lists_every_captured_size_then_the_cliff_then_a_ladder
     tmp_path: Path,
 ) -> None:
     """The table must hold every step of the staircase and the cliff, or lookups will smear them."""
-    verify, draft, card = analytic_profile(H100, QWEN)
+    verify, extra, card = analytic_profile(H100, QWEN)
     sizes = default_capture_sizes()
-    by_ctx = verify.groupby("context")["tokens"].apply(list)
-    assert sorted(by_ctx.index) == [1024, 4096, 16384]
-    tokens = by_ctx.iloc[0]
-    assert all(list(t) == tokens for t in by_ctx)
+    tokens = verify["tokens"].tolist()
+    assert "context" not in verify.columns  # the KV read is attention.csv's
     assert set(sizes) <= set(tokens) and 513 in tokens and max(tokens) == 8192
     assert [t for t in tokens if t > 513] == [768, 1024, 1536, 2048, 3072, 4096, 6144, 8192]
-    assert draft["requests"].tolist()[:74] == list(range(1, 75))
-    assert draft["requests"].max() == 1024
+    block = extra["draft-dspark-5.csv"]
+    full = block[block["positions"] == 7]
+    assert full["requests"].tolist()[:74] == list(range(1, 75))
+    assert full["requests"].max() == 1024 and sorted(set(block["positions"])) == list(range(1, 8))
+    mtp = extra["draft-mtp-1.csv"]  # one pass carries R tokens: graphs reach R = 512
+    assert mtp[mtp["positions"] == 1]["requests"].tolist()[:513] == list(range(1, 514))
     problems: list[str] = []
     check_card(card, problems)
     assert problems == [] and card["source"] == "analytic"
     assert all(card[k] for k in CARD_REQUIRED)
-    assert card["graph_capture_sizes"] == list(sizes) and card["tokens_per_request"] == 8
+    assert card["graph_capture_sizes"] == list(sizes)
+    assert list(card["drafters"]) == ["dspark-5", "mtp-1", "eagle3"]
     with warnings.catch_warnings():
         warnings.simplefilter("error", ProfileWarning)  # the model is monotone: no clean-up needed
-        prof = load_profile(write_profile(tmp_path / "a", verify, card, draft))
-    assert prof.captured_sizes == sizes
-    ms = prof.verify_s([121, 128, 512, 513], 4096) * 1e3
+        prof = load_profile(write_profile(tmp_path / "a", verify, card, extra=extra))
+    assert prof.captured_sizes == sizes and prof.kv_model == "per-request"
+    ms = prof.verify_s([121, 128, 512, 513]) * 1e3
     assert ms[0] == ms[1] and ms[3] - ms[2] > H100.eager_overhead_ms(L)
+    assert prof.default_drafter == "dspark-5" and prof.drafter("mtp-1").kind == "mtp"
 
 
 @pytest.mark.parametrize("gpu", ["h100", "h200"])
@@ -183,7 +209,9 @@ def test_shipped_profiles_are_remade_exactly_by_the_command_in_their_card(
     argv[argv.index("--out") + 1] = str(tmp_path / "remade")
     result = CliRunner().invoke(app, argv[1:])
     assert result.exit_code == 0, result.output
-    for name in ("verify.csv", "draft.csv"):
+    names = sorted(p.name for p in shipped.glob("*.csv"))
+    assert names == sorted(p.name for p in (tmp_path / "remade").glob("*.csv"))
+    for name in names:
         assert (tmp_path / "remade" / name).read_bytes() == (shipped / name).read_bytes(), name
     remade = load_profile(tmp_path / "remade").card
     assert {k: v for k, v in remade.items() if k not in ("date", "command")} == {
@@ -196,7 +224,7 @@ def test_shipped_profiles_are_remade_exactly_by_the_command_in_their_card(
         (["--gpu", "tpu"], "unknown gpu 'tpu'"),
         (["--gpu", "a100", "--dtype", "fp8"], "no FP8 tensor cores"),
         (["--dtype", "int3"], "dtype='int3'"),
-        (["--contexts", "1024,abc"], "--contexts='1024,abc'"),
+        (["--drafters", "dspark-5,nope"], "--drafters 'dspark-5,nope'"),
         (["--compute-eff", "1.5"], "compute_eff=1.5"),
         (["--capture-sizes", "8,0"], "got 0"),
         (["--capture-sizes", "8,x"], "--capture-sizes='8,x'"),
@@ -215,11 +243,11 @@ def test_bad_analytic_options_fail_with_one_message_naming_the_value(
     assert not out.exists() and list(tmp_path.iterdir()) == []
 
 
-def test_custom_capture_sizes_and_contexts_reach_the_card(tmp_path: Path) -> None:
+def test_custom_capture_sizes_and_drafters_reach_the_card(tmp_path: Path) -> None:
     """Knobs must change the profile and be recorded, so the card tells how it was made."""
     out = tmp_path / "custom"
     result = CliRunner().invoke(app, [
-        "profile", "analytic", "--gpu", "h200", "--capture-sizes", "1,8,64", "--contexts", "2048",
+        "profile", "analytic", "--gpu", "h200", "--capture-sizes", "1,8,64", "--drafters", "dspark-5",
         "--max-tokens", "256", "--max-requests", "16", "--mem-eff", "0.5", "--out", str(out)])
     assert result.exit_code == 0, result.output
     prof = load_profile(out)
@@ -230,3 +258,33 @@ def test_custom_capture_sizes_and_contexts_reach_the_card(tmp_path: Path) -> Non
     assert "--mem-eff 0.5" in prof.card["command"]
     # R·γ fits the largest graph up to R = 64 // 7 = 9; 10 is the first eager count
     assert prof.draft_requests.tolist() == [*range(1, 11), 12, 16]
+
+
+@pytest.mark.parametrize("drafter", [MTP_1, EAGLE3], ids=lambda d: d.name)
+def test_a_pass_based_drafter_costs_one_pass_per_drafted_position(drafter: DrafterShape) -> None:
+    """MTP modules and Eagle heads draft one position per forward pass: cost is linear in positions."""
+    sizes = default_capture_sizes()
+    requests = np.array([1, 7, 64, 300, 700])
+    one = graph_draft_ms(H100, QWEN, requests, capture_sizes=sizes, drafter=drafter, positions=1)
+    for p in range(2, 8):
+        got = graph_draft_ms(H100, QWEN, requests, capture_sizes=sizes, drafter=drafter, positions=p)
+        np.testing.assert_allclose(got, p * one, rtol=1e-12)
+
+
+def test_a_block_drafter_drafts_its_positions_in_one_pass() -> None:
+    """DSpark's backbone runs the block in parallel: 7 positions cost far less than 7 one-position passes."""
+    sizes = default_capture_sizes()
+    one, seven = graph_draft_ms(H100, QWEN, 8, capture_sizes=sizes, drafter=DSPARK_5, positions=[1, 7])
+    assert one < seven < 2 * one
+
+
+def test_kv_capacity_is_free_hbm_over_kv_bytes_per_token(tmp_path: Path) -> None:
+    """vLLM sizes its KV cache from what the weights and activations leave of HBM × 0.9."""
+    verify, extra, card = analytic_profile(H100, QWEN, drafters=[DSPARK_5])
+    prof = load_profile(write_profile(tmp_path / "a", verify, card, extra=extra))
+    mem = card["memory"]
+    assert mem["kv_bytes_per_token"] == KV_ELEMS_PER_TOKEN * 2
+    assert mem["weights_bytes"] == 2 * (QWEN.params + 5 * LAYER_PARAMS + 5 * HIDDEN * HIDDEN)
+    want = (0.9 * 80e9 - mem["weights_bytes"] - mem["activation_reserve_bytes"]) // (KV_ELEMS_PER_TOKEN * 2)
+    assert prof.kv_capacity_tokens() == want
+    assert prof.kv_capacity_tokens(0.5) < want

@@ -13,7 +13,14 @@ from sparksim.errors import ConfigError
 from sparksim.hardware import GPUS, get_gpu
 from sparksim.models import load_model_spec
 from sparksim.profile import load_profile, write_profile
-from sparksim.roofline import DTYPE_BYTES, DrafterShape, analytic_profile, default_capture_sizes
+from sparksim.roofline import (
+    DSPARK_5,
+    DTYPE_BYTES,
+    EAGLE3,
+    MTP_1,
+    analytic_profile,
+    default_capture_sizes,
+)
 
 
 def _ints(text: str, flag: str) -> list[int]:
@@ -47,14 +54,13 @@ def analytic(
     capture_sizes: str = typer.Option("vllm", "--capture-sizes", help="'vllm' (1,2,4,8..256/8,272..max/16), 'none', or a comma list of token counts"),
     max_capture_size: int = typer.Option(512, "--max-capture-size", help="largest captured size with --capture-sizes vllm"),
     max_tokens: int = typer.Option(8192, "--max-tokens", help="largest batch in verify.csv, tokens"),
-    contexts: str = typer.Option("1024,4096,16384", "--contexts", help="context lengths profiled, comma list"),
-    tokens_per_request: int = typer.Option(8, "--tokens-per-request", help="tokens each request sends per step (1 + γ at full verification)"),
-    gamma: int = typer.Option(7, "--gamma", help="drafter block size γ"),
-    draft_layers: int = typer.Option(5, "--draft-layers", help="drafter backbone layers (target width)"),
-    draft_context: int = typer.Option(4096, "--draft-context", help="context the drafter attends to in draft.csv, tokens"),
+    drafters: str = typer.Option("dspark-5,mtp-1,eagle3", "--drafters", help="drafter tables to write, the first the default: dspark-5 (block), mtp-1 (chained MTP), eagle3 (autoregressive)"),
+    gamma: int = typer.Option(7, "--gamma", help="most positions each drafter drafts (DSpark's block size γ)"),
+    draft_layers: int = typer.Option(5, "--draft-layers", help="DSpark backbone layers (target width)"),
+    draft_context: int = typer.Option(0, "--draft-context", help="context the draft tables are tabulated at, tokens (0: the engine adds each drafter's KV reads at the batch's real context)"),
     max_requests: int = typer.Option(1024, "--max-requests", help="largest request count in draft.csv"),
 ) -> None:
-    """Write an analytic roofline profile (verify.csv, draft.csv, card.yaml) and check it loads."""
+    """Write an analytic roofline profile (verify.csv, attention.csv, draft tables, card.yaml)."""
     preset = get_gpu(gpu)
     overrides = {
         key: val for key, val in (
@@ -66,7 +72,15 @@ def analytic(
     hw = dataclasses.replace(preset, **overrides)  # type: ignore[arg-type]
     spec = load_model_spec(model)
     sizes = _capture_sizes(capture_sizes, max_capture_size)
-    ctxs = _ints(contexts, "--contexts")
+    presets = {"dspark-5": DSPARK_5, "mtp-1": MTP_1, "eagle3": EAGLE3}
+    names = [n.strip() for n in drafters.split(",") if n.strip()]
+    unknown = [n for n in names if n not in presets]
+    if unknown or not names:
+        raise ConfigError(f"--drafters {drafters!r}: expected names from {sorted(presets)}")
+    shapes = [dataclasses.replace(
+        presets[n], gamma=gamma,
+        num_layers=draft_layers if presets[n].kind == "block" else presets[n].num_layers)
+        for n in names]
     target = out if out is not None else Path("profiles") / f"{gpu.lower()}-{spec.name}-analytic"
     # Every knob spelled out, so the card's command remakes the profile even if defaults move.
     argv = [
@@ -76,31 +90,27 @@ def analytic(
         "--step-overhead-ms", f"{hw.step_overhead_ms:g}", "--launch-us", f"{hw.launch_us:g}",
         "--kernels-per-layer", str(hw.kernels_per_layer),
         "--capture-sizes", capture_sizes, "--max-capture-size", str(max_capture_size),
-        "--max-tokens", str(max_tokens), "--contexts", contexts,
-        "--tokens-per-request", str(tokens_per_request), "--gamma", str(gamma),
+        "--max-tokens", str(max_tokens), "--drafters", drafters, "--gamma", str(gamma),
         "--draft-layers", str(draft_layers), "--draft-context", str(draft_context),
         "--max-requests", str(max_requests),
     ]
-    drafter = DrafterShape(num_layers=draft_layers, gamma=gamma,
-                           injected_tokens_per_request=tokens_per_request)
-    verify, draft, card = analytic_profile(
-        hw, spec, dtype=dtype, capture_sizes=sizes, max_tokens=max_tokens, contexts=ctxs,
-        tokens_per_request=tokens_per_request, drafter=drafter, draft_context=draft_context,
-        max_requests=max_requests, command=shlex.join(argv),
+    verify, extra, card = analytic_profile(
+        hw, spec, dtype=dtype, capture_sizes=sizes, max_tokens=max_tokens, drafters=shapes,
+        draft_context=draft_context, max_requests=max_requests, command=shlex.join(argv),
     )
     card = {**{k: card.pop(k) for k in ("source", "hardware")}, "gpu": gpu.lower(), **card}
-    write_profile(target, verify, card, draft)
+    write_profile(target, verify, card, extra=extra)
 
     prof = load_profile(target)
-    ctx = float(ctxs[0])
     top = sizes[-1] if sizes else 0
     probe = [t for t in (1, top, top + 1, max_tokens) if 1 <= t <= max_tokens]
     costs = ", ".join(
-        f"B={t}: {float(prof.verify_s([t], ctx)[0]) * 1e3:.2f} ms" for t in dict.fromkeys(probe)
+        f"B={t}: {prof.verify_s_scalar(t) * 1e3:.2f} ms" for t in dict.fromkeys(probe)
     )
     console.print(
-        f"[green]wrote[/] {target} ({len(verify)} verify rows, {len(draft)} draft rows; "
-        f"{hw.name}, {spec.name}, {dtype})",
+        f"[green]wrote[/] {target} ({len(verify)} dense rows, drafters {', '.join(names)}; "
+        f"{hw.name}, {spec.name}, {dtype}; KV capacity {prof.kv_capacity_tokens():,} tokens)",
         highlight=False,
     )
-    console.print(f"  verify at context {ctx:g}: {costs}", highlight=False)
+    console.print(f"  dense step: {costs}; KV read: {prof.attention_s(1, 1e5) * 1e3:.3f} ms per "
+                  "100k tokens", highlight=False)
