@@ -113,13 +113,12 @@ def load_inputs(
                 f"(its drafters: {sorted(profile.drafters) or 'none'})")
         table = profile.drafter(scenario.policy.drafter) if profile.drafters else None
         top = table.max_positions if table is not None else None
-        if table is not None and top is not None and policy.draft_positions > top:
-            msg = (f"policy {scenario.policy.name!r} drafts {policy.draft_positions} positions but "
-                   f"drafter {table.name!r} of profile={scenario.profile!r} is profiled up to {top}; "
-                   "the cost of the rest is extrapolated")
-            if strict:
-                raise RangeError(msg + " (an error under --strict)")
-            warnings.warn(msg, ProfileWarning, stacklevel=2)
+        if strict and table is not None and top is not None and policy.draft_positions > top:
+            # without --strict the profile warns once, at the first step that extrapolates
+            raise RangeError(
+                f"policy {scenario.policy.name!r} drafts {policy.draft_positions} positions but "
+                f"drafter {table.name!r} of profile={scenario.profile!r} is profiled up to {top} "
+                "(extrapolating is an error under --strict)")
     kv_capacity = kv_capacity_tokens(scenario, profile)
     wl = scenario.workload
     if wl.kind == "closed" and wl.concurrency > cl.max_concurrency * cl.replicas:

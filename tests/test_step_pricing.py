@@ -1,0 +1,178 @@
+"""A step costs what a real engine pays: its drafter's positions, its requests' KV, its prompt chunks.
+
+Every scheduler comparison is a comparison of step costs, so each pricing term gets a
+closed-form check against the profile it reads, on recorded steps of real runs.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from sparksim.config import REPO_ROOT
+from sparksim.errors import ConfigError, FormatError, RangeError
+from sparksim.profile import ProfileWarning, check_profile, load_profile
+from sparksim.runner import RunResult, load_inputs, load_scenario, simulate
+
+H100 = REPO_ROOT / "profiles" / "h100-qwen3-8b-analytic"
+
+
+def _run(policy: str, *sets: str, users: int = 8, duration: float = 3.0) -> RunResult:
+    sc, base = load_scenario(None, [f"workload.concurrency={users}", f"run.duration_s={duration}",
+                                    *sets], policy)
+    return simulate(sc, base)
+
+
+def _steps(result: RunResult) -> pd.DataFrame:
+    assert result.steps is not None
+    return result.steps[result.steps["num_requests"] > 0]
+
+
+@pytest.mark.parametrize("gamma", [1, 3, 7])
+def test_static_gamma_drafts_gamma_positions_and_plain_decoding_drafts_nothing(gamma: int) -> None:
+    # Why: MTP-γ must not pay for a block it never drafts; plain decoding runs no drafter.
+    prof = load_profile(H100)
+    steps = _steps(_run("static", f"policy.gamma={gamma}", "policy.drafter=mtp-1"))
+    want = [prof.draft_step_s(int(r), gamma, "mtp-1", float(k))
+            for r, k in zip(steps["num_requests"], steps["kv_tokens"], strict=True)]
+    np.testing.assert_allclose(steps["draft_s"], want, rtol=1e-12)
+    plain = _steps(_run("static", "policy.gamma=0"))
+    assert (plain["draft_s"] == 0).all()
+
+
+def test_an_mtp_drafter_costs_gamma_passes_a_block_drafter_one() -> None:
+    prof = load_profile(H100)
+    one, three = (prof.draft_s_scalar(64, p, "mtp-1") for p in (1, 3))
+    assert three == pytest.approx(3 * one, rel=1e-6)
+    b1, b7 = (prof.draft_s_scalar(64, p, "dspark-5") for p in (1, 7))
+    assert b1 < b7 < 3 * b1
+
+
+def test_block_policies_pay_the_whole_block() -> None:
+    prof = load_profile(H100)
+    steps = _steps(_run("two-step"))
+    want = [prof.draft_step_s(int(r), 7, None, float(k))
+            for r, k in zip(steps["num_requests"], steps["kv_tokens"], strict=True)]
+    np.testing.assert_allclose(steps["draft_s"], want, rtol=1e-12)
+
+
+def test_a_decode_step_pays_dense_work_plus_every_requests_kv() -> None:
+    # Why: plain decoding of R requests reads R requests' KV cache, never ceil(B/8)'s.
+    prof = load_profile(H100)
+    steps = _steps(_run("static", "policy.gamma=0", users=32))
+    assert (steps["kv_tokens"] > 2 * steps["num_requests"]).all()  # prompts are in the KV
+    want = [prof.verify_s_scalar(int(b)) + prof.attention_s(int(r), float(k))
+            for b, r, k in zip(steps["batch_tokens"], steps["num_requests"], steps["kv_tokens"],
+                               strict=True)]
+    np.testing.assert_allclose(steps["verify_s"], want, rtol=1e-12)
+    np.testing.assert_allclose(steps["kv_s"], [prof.attention_s(int(r), float(k)) for r, k in
+                                               zip(steps["num_requests"], steps["kv_tokens"], strict=True)],
+                               rtol=1e-12)
+
+
+def test_a_colocated_prompt_is_chunked_and_each_chunk_pays_attention_to_its_prefix(tmp_path: Path) -> None:
+    # Why: prefill attention is quadratic in the prompt; chunk k of q tokens after p costs
+    # coef·((p+q)² − p²), so the chunks add up to one whole prompt's coef·L².
+    csv = tmp_path / "a.csv"
+    csv.write_text("arrival_s,prompt_tokens,output_tokens\n0.0,5000,4\n")
+    res = _run("static", "policy.gamma=0", "workload.kind=replay", f"workload.arrivals_csv={csv}",
+               "cluster.prefill.mode=colocated", "cluster.prefill.chunk_tokens=2048")
+    prof = load_profile(H100)
+    assert res.steps is not None
+    pre = res.steps[res.steps["prefill_tokens"] > 0]
+    assert pre["prefill_tokens"].tolist() == [2048, 2048, 904]
+    coef = prof.prefill_attention_coef_ms / 1e3
+    want = [coef * ((p + q) ** 2 - p**2) for p, q in ((0, 2048), (2048, 2048), (4096, 904))]
+    np.testing.assert_allclose(pre["kv_s"], want, rtol=1e-12)
+    assert pre["kv_s"].sum() == pytest.approx(coef * 5000**2, rel=1e-12)
+    np.testing.assert_allclose(pre["verify_s"] - pre["kv_s"],
+                               [prof.verify_s_scalar(q) for q in (2048, 2048, 904)], rtol=1e-12)
+
+
+def test_prefill_first_runs_prompts_whole_while_the_batch_waits(tmp_path: Path) -> None:
+    csv = tmp_path / "a.csv"
+    csv.write_text("arrival_s,prompt_tokens,output_tokens\n0.0,3000,40\n0.05,3000,40\n")
+    res = _run("static", "policy.gamma=0", "workload.kind=replay", f"workload.arrivals_csv={csv}",
+               "cluster.prefill.mode=colocated", "cluster.prefill.schedule=prefill-first")
+    assert res.steps is not None
+    pre = res.steps[res.steps["prefill_tokens"] > 0]
+    assert pre["prefill_tokens"].tolist() == [3000, 3000]  # unchunked
+    assert (pre["num_requests"] == 0).all()  # a prompt-only iteration: the running one waits
+    assert (res.requests["emitted_tokens"] == 40).all()
+
+
+def test_kv_capacity_defaults_to_what_the_card_memory_leaves() -> None:
+    prof = load_profile(H100)
+    mem = prof.card["memory"]
+    want = int((0.9 * mem["hbm_bytes"] - mem["weights_bytes"] - mem["activation_reserve_bytes"])
+               // mem["kv_bytes_per_token"])
+    summary = _run("static", "policy.gamma=0").summary
+    assert summary["cost"]["kv_capacity_tokens"] == want
+    assert summary["cost"]["kv_capacity_source"] == "card memory figures"
+    half = _run("static", "policy.gamma=0", "cluster.gpu_memory_utilization=0.5").summary
+    assert half["cost"]["kv_capacity_tokens"] < want
+
+
+def test_card_memory_that_cannot_hold_the_weights_is_an_error_naming_the_fields(tmp_path: Path) -> None:
+    bad = tmp_path / "p"
+    bad.mkdir()
+    for f in H100.iterdir():
+        (bad / f.name).write_bytes(f.read_bytes())
+    card = yaml.safe_load((bad / "card.yaml").read_text())
+    card["memory"]["hbm_bytes"] = 1e9
+    (bad / "card.yaml").write_text(yaml.safe_dump(card))
+    problems = " ".join(check_profile(bad))
+    assert "memory.hbm_bytes=1000000000.0" in problems and "memory.weights_bytes" in problems
+    with pytest.raises(FormatError):
+        load_profile(bad)
+
+
+def test_a_drafter_the_profile_lacks_is_an_error_naming_both() -> None:
+    sc, base = load_scenario(None, ["policy.gamma=1", "policy.drafter=medusa"], "static")
+    with pytest.raises(ConfigError, match=r"policy.drafter='medusa'.*h100-qwen3-8b-analytic.*dspark-5"):
+        load_inputs(sc, base)
+
+
+def test_a_draft_table_short_of_positions_extrapolates_with_one_warning(tmp_path: Path) -> None:
+    short = tmp_path / "short"
+    short.mkdir()
+    for f in H100.iterdir():
+        (short / f.name).write_bytes(f.read_bytes())
+    table = pd.read_csv(short / "draft-mtp-1.csv")
+    table[table["positions"] <= 3].to_csv(short / "draft-mtp-1.csv", index=False)
+    sets = [f"profile={short}", "policy.gamma=5", "policy.drafter=mtp-1"]
+    sc, base = load_scenario(None, [*sets, "run.duration_s=2"], "static")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        simulate(sc, base)
+    about = [w for w in caught if "profiled up to 3" in str(w.message)]
+    assert len(about) == 1 and issubclass(about[0].category, ProfileWarning)
+    with pytest.raises(RangeError, match="profiled up to 3"):
+        load_inputs(sc, base, strict=True)
+    prof = load_profile(short)
+    assert prof.draft_s_scalar(8, 5, "mtp-1") == pytest.approx(5 / 3 * prof.draft_s_scalar(8, 3, "mtp-1"),
+                                                               rel=1e-3)
+
+
+def test_asking_for_more_users_than_the_engine_runs_warns_and_is_recorded() -> None:
+    sc, base = load_scenario(None, ["workload.concurrency=300", "run.duration_s=1"], "static")
+    with pytest.warns(ProfileWarning, match="concurrency=300"):
+        summary = simulate(sc, base).summary
+    assert summary["cost"]["concurrency_capped"] is True
+
+
+def test_a_finite_open_loop_run_ends_when_its_last_request_finishes() -> None:
+    res = _run("static", "policy.gamma=0", "workload.kind=poisson", "workload.rate=20",
+               "run.max_requests=30", "run.warmup_s=0", "run.cooldown_s=0", duration=600.0)
+    last = float(res.requests["finish_at"].max())
+    assert len(res.requests) == 30
+    assert res.summary["ended"]["at_s"] == pytest.approx(last) and last < 60
+    assert res.summary["window"]["length_s"] == pytest.approx(last)
+    tokens = int(res.requests["emitted_tokens"].sum())
+    assert res.summary["output_throughput"] == pytest.approx(tokens / last, rel=1e-9)
+    assert float(res.requests["arrival_at"].min()) == 0.0  # the first request arrives at t = 0
