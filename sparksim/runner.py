@@ -195,8 +195,23 @@ def simulate(
             "same domain (trace_switches counts them)"
         ),
     }
+    _warn_if_context_clamped(profile, steps)
     summary = summarize(scenario, requests, cluster.stats, census, cluster.sampler.domains, extra)
     return RunResult(scenario, summary, requests, steps, violations, wall_s, num_steps)
+
+
+def _warn_if_context_clamped(profile: Profile, steps: pd.DataFrame | None) -> None:
+    """Warn when a legacy-grid profile priced most decode steps below its first context row."""
+    if profile.kv_model != "legacy-grid" or steps is None or not len(steps):
+        return
+    decode = steps[steps["num_requests"] > 0]
+    below = float((decode["context_mean"] < profile.contexts[0]).mean()) if len(decode) else 0.0
+    if below > 0.5:
+        warnings.warn(
+            f"profile {profile.name!r} is a legacy context grid starting at {profile.contexts[0]:g} "
+            f"tokens, and {below:.0%} of decode steps had a lower mean context: they were priced at "
+            f"{profile.contexts[0]:g} (clamped); a per-request profile (attention.csv) prices every "
+            "context", ProfileWarning, stacklevel=3)
 
 
 def _cost_summary(scenario: Scenario, profile: Profile, policy: Any, requests: pd.DataFrame
