@@ -11,7 +11,8 @@
 # Same model (Qwen3-8B), same synthetic DSpark traces, same closed-loop traffic; only the
 # SPS(B) profile changes. Both profiles are **analytic** (roofline from datasheet figures,
 # see their cards), so this is a what-if on the model, not a measurement. We sweep the
-# number of users for MTP-1 (`static`, γ = 1) and the production `two-step` policy and
+# number of users for MTP-1 (`static`, γ = 1, paying the 1-layer `mtp-1` drafter table) and
+# the production `two-step` policy (paying the DSpark-5 block drafter) and
 # compare their Pareto frontiers.
 
 # %%
@@ -25,7 +26,7 @@ from sparksim.sweep import grid, parse_vary, run_sweep, speedup_at_matched_throu
 OUT = Path(os.environ.get("SPARKSIM_ANALYSIS_OUT", "results/analyses"))
 users = os.environ.get("SPARKSIM_ANALYSIS_USERS", "4,16,64,128")
 DURATION = float(os.environ.get("SPARKSIM_ANALYSIS_DURATION", "20"))
-points = grid(parse_vary([f"workload.concurrency={users}"]), ["static:gamma=1", "two-step"])
+points = grid(parse_vary([f"workload.concurrency={users}"]), ["static:gamma=1,drafter=mtp-1", "two-step"])
 
 tables = {}
 for gpu in ("h100", "h200"):
@@ -46,7 +47,7 @@ for gpu, table in tables.items():
 
 # %%
 for gpu, table in tables.items():
-    sp = speedup_at_matched_throughput(table, "two-step", "static:gamma=1")
+    sp = speedup_at_matched_throughput(table, "two-step", "static:gamma=1,drafter=mtp-1")
     if len(sp):
         print(f"{gpu}: x{sp['speedup'].min():.2f} to x{sp['speedup'].max():.2f} over "
               f"{sp['tput_per_gpu'].min():,.0f}-{sp['tput_per_gpu'].max():,.0f} tok/s/GPU")

@@ -26,7 +26,7 @@ from sparksim.runner import load_scenario, simulate
 
 users = int(os.environ.get("SPARKSIM_ANALYSIS_CONCURRENCY", "64"))
 DURATION = float(os.environ.get("SPARKSIM_ANALYSIS_DURATION", "20"))
-runs = [("static", ["policy.gamma=1"]), ("greedy", []), ("argmax", [])]
+runs = [("static", ["policy.gamma=1", "policy.drafter=mtp-1"]), ("greedy", []), ("argmax", [])]
 runs += [("two-step", [f"policy.delay={d}"]) for d in (0, 1, 2, 4)]
 rows = []
 for name, sets in runs:

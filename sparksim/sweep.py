@@ -119,6 +119,8 @@ def run_point(scenario_path: str | None, base_sets: Sequence[str], point: SweepP
     for ov in point.overrides:
         key, _, val = ov.partition("=")
         row[key] = yaml.safe_load(val)
+    drafter = s.get("cost", {}).get("drafter")
+    row["drafter"] = drafter["name"] if drafter else "none"  # the draft table this row paid for
     for m in ROW_METRICS:
         row[m] = s.get(m)
     return row  # no wall-clock figures: the table is reproducible byte for byte
