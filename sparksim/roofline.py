@@ -527,9 +527,10 @@ def _card(
     # Arithmetic intensity where the achieved roofs meet; a context-free BF16 step turns
     # compute-bound at this many tokens (weights: 2 bytes read, 2 FLOPs per token each).
     ridge = hw.peak_for(dtype_bytes) * hw.compute_eff / (hw.mem_bytes_per_s * hw.mem_eff)
-    weights = dtype_bytes * (model.params + sum(
-        d.num_layers * model.layer_params + _fc_params(model, d)
-        + (_head_params(model, d) if d.draft_vocab else 0) for d in drafters))
+    main = drafters[0]  # a deployment holds one drafter: the default one
+    weights = dtype_bytes * (model.params + main.num_layers * model.layer_params
+                             + _fc_params(model, main)
+                             + (_head_params(model, main) if main.draft_vocab else 0))
     return {
         "source": "analytic",
         "hardware": hw.name,
@@ -569,8 +570,8 @@ def _card(
             "weights_bytes": weights,
             "kv_bytes_per_token": model.kv_bytes_per_token * dtype_bytes,
             "activation_reserve_bytes": activation_reserve_bytes(model, max_tokens, dtype_bytes),
-            "source": "hbm_bytes: datasheet; weights: the model's parameters and every drafter's "
-                      "own weights (shared LM heads once) in the dtype; kv per token: 2 x layers x "
+            "source": "hbm_bytes: datasheet; weights: the model's parameters and the default "
+                      "drafter's own (a shared LM head once) in the dtype; kv per token: 2 x layers x "
                       "kv_heads x head_dim x dtype; activation reserve: estimated as one layer's "
                       "activations plus float32 logits for a max_tokens step",
         },
