@@ -74,6 +74,12 @@ def load_inputs(
     """
     resolve(scenario.policy.name)  # an unknown policy fails before any file is read
     profile = load_profile(resolve_path(scenario.profile, base), mode=scenario.lookup, strict=strict)
+    if profile.kv_model == "legacy-grid":
+        warnings.warn(
+            f"profile {profile.name!r} is a legacy context grid (no attention.csv): a step's KV is "
+            f"priced at the batch's mean context, as the grid's rows were measured with "
+            f"R = ceil(B / {profile.card.get('tokens_per_request', 8)}) requests; remake it with "
+            "`sparksim profile` for per-request KV", ProfileWarning, stacklevel=2)
     traces = load_traceset(resolve_path(scenario.traces, base))
     pf = scenario.cluster.prefill
     prefill = (

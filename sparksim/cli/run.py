@@ -53,6 +53,14 @@ def summary_table(result: RunResult) -> Table:
         table.add_row(label, str(val), unit)
     if "request_goodput" in s:
         table.add_row("goodput (SLOs met)", f"{s['request_goodput']:.2f}", "req/s")
+    cost = s.get("cost", {})
+    drafter = cost.get("drafter")
+    table.add_row("drafter paid for", "none" if not drafter else
+                  f"{drafter['name']} ({drafter['kind']}, {drafter['positions_drafted']} positions)", "")
+    cap = cost.get("kv_capacity_tokens")
+    table.add_row("KV capacity", "unlimited" if cap is None else f"{cap:,}",
+                  "tokens" + (f" ({cost.get('kv_capacity_source')})" if cap is not None else ""))
+    table.add_row("preemptions", str(cost.get("preemptions", 0)), "")
     return table
 
 
