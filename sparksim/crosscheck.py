@@ -50,9 +50,9 @@ REFERENCE: dict[str, dict[str, float]] = {
 TOLERANCE = {"p90_ttft_ms": 0.10}  # every other figure: 5 %
 
 
-def benchmark_arrivals() -> pd.DataFrame:
+def benchmark_arrivals(num_requests: int = NUM_REQUESTS) -> pd.DataFrame:
     """Return DistServe's benchmark arrivals: arrival_s, prompt_tokens, output_tokens."""
-    gaps = np.random.default_rng(0).exponential(0.25, NUM_REQUESTS - 1)
+    gaps = np.random.default_rng(0).exponential(0.25, num_requests - 1)
     return pd.DataFrame({
         "arrival_s": np.concatenate([[0.0], np.cumsum(gaps)]),
         "prompt_tokens": PROMPT_TOKENS,
@@ -60,7 +60,7 @@ def benchmark_arrivals() -> pd.DataFrame:
     })
 
 
-def scenario(mode: str, arrivals_csv: Path) -> dict[str, Any]:
+def scenario(mode: str, arrivals_csv: Path, num_requests: int = NUM_REQUESTS) -> dict[str, Any]:
     """Return the sparksim scenario (a mapping) that mirrors DistServe's `mode` setup."""
     engine = "distserve" if mode == "disaggregated" else "vllm"
     prefill: dict[str, Any] = (
@@ -72,13 +72,13 @@ def scenario(mode: str, arrivals_csv: Path) -> dict[str, Any]:
         "name": f"distserve-{mode}",
         "profile": str(REPO_ROOT / "profiles" / f"a100-opt13b-{engine}-published"),
         "cluster": {
-            "replicas": 1, "max_concurrency": 2 * NUM_REQUESTS, "max_batch_tokens": MAX_BATCH_TOKENS,
+            "replicas": 1, "max_concurrency": 2 * num_requests, "max_batch_tokens": MAX_BATCH_TOKENS,
             "kv_capacity_tokens": "unlimited",  # DistServe's simulator has no KV limit
             "max_context_tokens": DECODE_CONTEXT_CAP, "prefill": prefill,
         },
         "workload": {"kind": "replay", "arrivals_csv": str(arrivals_csv)},
         "policy": {"name": "static", "gamma": 0},  # plain decoding: DistServe has no drafter
-        "run": {"duration_s": 3600.0, "warmup_s": 0.0, "cooldown_s": 0.0},
+        "run": {"duration_s": 36_000.0, "warmup_s": 0.0, "cooldown_s": 0.0},
     }
 
 

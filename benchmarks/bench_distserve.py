@@ -1,0 +1,93 @@
+"""sparksim against DistServe's simulator, as whole processes, on DistServe's benchmark workload.
+
+Both simulate the same thing (`sparksim.crosscheck`: OPT-13B on an A100, DistServe's fitted
+cost model, 512-token prompts, 256 decode iterations, Poisson 4 req/s from
+`numpy.random.default_rng(0)`), so the wall time of each whole process (start-up included)
+is a fair comparison. DESIGN §5's target: sparksim faster at 1,000 requests and ≥ 10× at
+10,000.
+
+Run:  python benchmarks/bench_distserve.py                          (sparksim only)
+      python benchmarks/bench_distserve.py --distserve /path/to/DistServe --distserve-python PY
+`--distserve` is a checkout of LLMServe/DistServe (its `simdistserve` package is run as it
+is, nothing of it is copied here); PY is an interpreter with simpy, numpy and pandas.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+SPARKSIM = textwrap.dedent("""
+    import sys, tempfile, warnings
+    from pathlib import Path
+    warnings.simplefilter("ignore")
+    from sparksim.config import parse_scenario
+    from sparksim.crosscheck import benchmark_arrivals, scenario
+    from sparksim.runner import simulate
+    mode, n = sys.argv[1], int(sys.argv[2])
+    with tempfile.TemporaryDirectory() as tmp:
+        csv = Path(tmp) / "arrivals.csv"
+        benchmark_arrivals(n).to_csv(csv, index=False)
+        sc = scenario(mode, csv, n)
+        sc["run"]["records"] = {"steps": False}
+        res = simulate(parse_scenario(sc))
+    print(len(res.requests), float(res.requests["finish_at"].max()))
+""")
+
+# Calls DistServe's own entry point with the same arrivals (a custom workload file).
+DISTSERVE = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    sys.path.insert(0, sys.argv[3])
+    from simdistserve.benchmarks import simulate_dist as sd
+    backend, n, workload = sys.argv[1], int(sys.argv[2]), sys.argv[4]
+    arr = np.concatenate([[0.0], np.cumsum(np.random.default_rng(0).exponential(0.25, n - 1))])
+    json.dump([{"start_time": float(t), "prompt_len": 512, "output_len": 256} for t in arr],
+              open(workload, "w"))
+    out = {}
+    sd.main(sd.parse_args(args_=[
+        "--backend", backend, "--model", "opt_13b", "--N", str(n), "--arrival", "custom",
+        "--workload", workload, "--seed", "0", "--tp-prefill", "1", "--pp-prefill", "1",
+        "--tp-decode", "1", "--pp-decode", "1"]), outputs=out)
+    lat = out["per_request_latency_df"]
+    print(len(lat))
+""")
+
+
+def timed(argv: list[str]) -> tuple[float, str]:
+    t0 = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - t0
+    if done.returncode != 0:
+        raise SystemExit(f"{argv[:3]} failed:\n{done.stderr[-2000:]}")
+    return wall, done.stdout.strip().splitlines()[-1]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--requests", default="1000,10000", help="request counts, comma list")
+    ap.add_argument("--modes", default="disaggregated,colocated")
+    ap.add_argument("--distserve", type=Path, default=None, help="a DistServe checkout (optional)")
+    ap.add_argument("--distserve-python", default=sys.executable)
+    args = ap.parse_args()
+    backend = {"disaggregated": "distserve", "colocated": "vllm"}
+    print(f"{'mode':<14} {'requests':>8} {'sparksim s':>11} {'distserve s':>12} {'ratio':>7}")
+    for n in (int(v) for v in args.requests.split(",")):
+        for mode in args.modes.split(","):
+            ours, _ = timed([sys.executable, "-c", SPARKSIM, mode, str(n)])
+            theirs = ratio = "-"
+            if args.distserve is not None:
+                with tempfile.TemporaryDirectory() as tmp:
+                    wall, _ = timed([args.distserve_python, "-c", DISTSERVE, backend[mode], str(n),
+                                     str(args.distserve), str(Path(tmp) / "w.json")])
+                theirs, ratio = f"{wall:.2f}", f"x{wall / ours:.1f}"
+            print(f"{mode:<14} {n:>8} {ours:>11.2f} {theirs:>12} {ratio:>7}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
