@@ -178,7 +178,9 @@ def simulate(
         plain_decoding=not policy.drafts,
     ) if check else []
     extra = {
-        "policy_label": policy.label(),
+        # a named drafter is part of what was compared (MTP-1 is static γ = 1 with mtp-1)
+        "policy_label": policy.label() + (f" · {scenario.policy.drafter}" if scenario.policy.drafter
+                                          else ""),
         "lossless": bool(policy.lossless and not policy.upper_bound),
         "upper_bound": bool(policy.upper_bound),
         "policy_params": policy.params,
