@@ -14,13 +14,15 @@ step's draft, exactly as an engine would have shown them.
 
 from __future__ import annotations
 
+import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from sparksim.policies import make_policy
+from sparksim.policies import make_policy, parse_policy_spec
 from sparksim.policies.base import StepBatch
 from sparksim.profile import Profile
 
@@ -57,53 +59,78 @@ class BiasResult:
         return (self.p_first_a - self.target) / self.stderr if self.stderr > 0 else 0.0
 
 
-def _accepted(x1: int, rng: np.random.Generator) -> int:
-    """Realised accepted drafts (for the oracle): x_1 passes rejection sampling, x_2 always."""
-    return 2 if rng.random() < min(1.0, P_TARGET[x1] / P_DRAFT[x1]) else 0
+def _accepted_by(u: float, x1: int) -> bool:
+    """Whether draft x_1 passes rejection sampling, for the uniform draw `u` that decides it."""
+    return u < min(1.0, P_TARGET[x1] / P_DRAFT[x1])
 
 
-def first_token(lengths_1: int, x1: int, rng: np.random.Generator) -> int:
-    """The first output token under exact rejection sampling, given whether x_1 was verified."""
+def _outcome(x1: int, u: float) -> int:
+    """Realised accepted drafts of the step (what the oracle reads): 2 if x_1 passes (x_2 then
+    always does in this example), else 0. It reads the same draw `u` that decides x_1, so an
+    oracle that looks at it sees the step's real outcome."""
+    return 2 if _accepted_by(u, x1) else 0
+
+
+def first_token(lengths_1: int, x1: int, u: float, rng: np.random.Generator) -> int:
+    """The first output token under exact rejection sampling, given whether x_1 was verified.
+
+    `u` is the uniform draw that accepts or rejects x_1 (shared with `_outcome`); on
+    rejection the token is resampled from the residual norm(max(0, p_t − p_d)).
+    """
     if lengths_1 == 0:
         return int(rng.random() >= P_TARGET[0])  # the step's own token, sampled from p_t
-    if rng.random() < min(1.0, P_TARGET[x1] / P_DRAFT[x1]):
+    if _accepted_by(u, x1):
         return x1
     residual = np.maximum(P_TARGET - P_DRAFT, 0.0)
     return int(rng.random() >= residual[0] / residual.sum())
 
 
+def policy_stream(seed: int, spec: str) -> np.random.Generator:
+    """Return the random stream of one policy: its own, from the seed and the policy's spec."""
+    return np.random.default_rng([seed, zlib.crc32(spec.encode())])
+
+
 def run_bias_lab(
     policy: str, params: dict[str, Any] | None = None, *, trials: int = 20_000, warmup: int = 4,
-    seed: int = 0,
+    seed: int = 0, progress: Callable[[int], None] | None = None,
 ) -> BiasResult:
-    """Estimate P(first token = A) under `policy` by Monte Carlo."""
-    rng = np.random.default_rng(seed)
+    """Estimate P(first token = A) under `policy` by Monte Carlo.
+
+    `policy` is a name or a `name:param=value,...` spec (`params` adds to it). The policy
+    draws from its own stream (`policy_stream`); `progress(done)` is called every 1,000 trials.
+    """
+    name, spec_params = parse_policy_spec(policy)
+    params = {**spec_params, **(params or {})}
+    rng = policy_stream(seed, policy)
     profile = appendix_a_profile()
+    label = make_policy(name, 2, params).label()  # a bad parameter fails before any trial
     count_a = 0
-    label = policy
-    for _ in range(trials):
-        pol = make_policy(policy, 2, params or {})
-        label = pol.label()
+    for trial in range(trials):
+        pol = make_policy(name, 2, params)
         for step in range(warmup):  # history: earlier steps, independent of this step's draft
             x_old = int(rng.random() >= P_DRAFT[0])
-            acc_old = _accepted(x_old, rng)
             conf = [[0.8, C2_AFTER[x_old]]]
-            pol.decide(StepBatch.from_conf(conf, profile, step_index=step, accepted=[acc_old]))
+            pol.decide(StepBatch.from_conf(conf, profile, step_index=step,
+                                           accepted=[_outcome(x_old, rng.random())]))
         x1 = int(rng.random() >= P_DRAFT[0])  # the draft of this step
-        accepted = _accepted(x1, rng)
+        u = rng.random()  # decides x_1's rejection sampling, whoever reads the outcome
         batch = StepBatch.from_conf([[0.8, C2_AFTER[x1]]], profile, step_index=warmup,
-                                    accepted=[accepted])
+                                    accepted=[_outcome(x1, u)])
         ell = int(pol.decide(batch)[0])
-        count_a += first_token(ell, x1, rng) == 0
+        count_a += first_token(ell, x1, u, rng) == 0
+        if progress is not None and (trial + 1) % 1000 == 0:
+            progress(trial + 1)
     p = count_a / trials
     return BiasResult(policy, label, trials, p, float(np.sqrt(p * (1 - p) / trials)))
 
 
-def bias_table(policies: list[str], trials: int = 20_000, seed: int = 0) -> pd.DataFrame:
-    """Run the lab for several policies; one row each."""
+def bias_table(policies: list[str], trials: int = 20_000, seed: int = 0,
+               progress: Callable[[str, int], None] | None = None) -> pd.DataFrame:
+    """Run the lab for several policy specs; one row each (`progress(spec, trials done)`)."""
     rows = []
-    for name in policies:
-        r = run_bias_lab(name, trials=trials, seed=seed)
-        rows.append({"policy": name, "label": r.label, "p_first_A": r.p_first_a, "stderr": r.stderr,
+    for spec in policies:
+        tick = None if progress is None else (lambda done, spec=spec: progress(spec, done))
+        r = run_bias_lab(spec, trials=trials, seed=seed, progress=tick)
+        rows.append({"policy": spec, "label": r.label, "p_first_A": r.p_first_a, "stderr": r.stderr,
                      "target": r.target, "z": r.z})
     return pd.DataFrame(rows)

@@ -30,3 +30,34 @@ def test_argmax_biases_the_first_token_as_the_paper_shows() -> None:
 def test_lossless_policies_keep_the_target_distribution(policy: str) -> None:
     r = run_bias_lab(policy, trials=TRIALS, seed=2)
     assert abs(r.z) < 4, (policy, r)
+
+
+def test_the_oracle_reads_the_steps_real_outcome() -> None:
+    # Why: an oracle verifies x_1 exactly when it passes rejection sampling, so the first
+    # token is A with P(x_1 = A, accepted) + P(rejected) · 0.7 = 0.5 + 0.2 · 0.7 = 0.64;
+    # an outcome drawn apart from rejection sampling gave 0.754, a lab artifact.
+    r = run_bias_lab("oracle", trials=TRIALS * 4, seed=3)
+    assert r.p_first_a == pytest.approx(0.64, abs=4 * r.stderr)
+
+
+def test_a_policy_spec_passes_its_parameters_and_labels_them() -> None:
+    r = run_bias_lab("two-step:delay=0", trials=TRIALS, seed=4)
+    assert "delay=0" in r.label and "[not lossless]" in r.label
+    assert r.z > 6  # delay 0 is argmax on fresh survivals
+
+
+def test_each_policy_draws_from_its_own_stream_and_reports_progress() -> None:
+    from sparksim.biaslab import policy_stream
+
+    assert policy_stream(0, "greedy").random() != policy_stream(0, "two-step").random()
+    assert policy_stream(0, "greedy").random() == policy_stream(0, "greedy").random()
+    seen: list[int] = []
+    run_bias_lab("greedy", trials=2500, progress=seen.append)
+    assert seen == [1000, 2000]
+
+
+def test_a_bad_policy_parameter_is_a_config_error_before_any_trial() -> None:
+    from sparksim.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="gamma"):
+        run_bias_lab("static:gamma=9", trials=10)

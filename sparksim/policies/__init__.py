@@ -75,6 +75,27 @@ def resolve(name: str) -> type[Policy]:
     return REGISTRY[name]
 
 
+def parse_policy_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    """Split `name:param=value,param=value` into (name, params); values are read as YAML.
+
+    A plug-in path `package.module:Class` (a colon but no `=` after it) is a name. Raises
+    ConfigError for a parameter without `=`.
+    """
+    import yaml
+
+    name, _, args = spec.partition(":")
+    if args and "=" not in args.split(",")[0]:
+        plugin, _, rest = args.partition(":")
+        name, args = f"{name}:{plugin}", rest
+    params: dict[str, Any] = {}
+    for item in (a.strip() for a in args.split(",") if a.strip()):
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"policy {spec!r}: expected NAME:param=value,param=value (got {item!r})")
+        params[key.strip()] = yaml.safe_load(raw)
+    return name, params
+
+
 def make_policy(name: str, block: int, params: Mapping[str, Any] | None = None) -> Policy:
     """Build policy `name` for a drafter of block `block`; bad parameters raise ConfigError."""
     cls = resolve(name)
