@@ -58,7 +58,8 @@ class Cluster:
         # policy (runs at one seed are paired), not drawn in the order requests finish
         users = scenario.workload.concurrency if scenario.workload.kind == "closed" else 0
         self.rng_users = [np.random.default_rng(s) for s in seeds[3].spawn(users)]
-        self.rng_routing = np.random.default_rng(seeds[1])
+        # seeds[1] was the routing stream; both routers are deterministic, so it is unused
+        # (kept unspawned-over so the other streams, and every run's results, stay as they were)
         rng_traces = np.random.default_rng(seeds[2])
         self.sampler = DomainSampler(traces, scenario.workload.mix)
         run = scenario.run
@@ -96,6 +97,10 @@ class Cluster:
         self._lengths_from_traces = scenario.workload.lengths.source == "traces"
         self._trace_prompt = traces.requests["prompt_tokens"].to_numpy(np.int64)
         self._trace_output = traces.requests["output_tokens"].to_numpy(np.int64)
+        wl = scenario.workload
+        # read before the simulation starts (the runner has already read and checked it)
+        self._arrivals = (load_arrivals(resolve_path(wl.arrivals_csv, base_dir), self.sampler.domains)
+                          if wl.kind == "replay" and wl.arrivals_csv else None)
 
     # ------------------------------------------------------------------ requests
 
@@ -245,9 +250,8 @@ class Cluster:
         self._arrivals_over = True
 
     def _replay(self) -> Generator[simpy.Event, Any, None]:
-        wl = self.scenario.workload
-        assert wl.arrivals_csv is not None
-        df = load_arrivals(resolve_path(wl.arrivals_csv, self.base_dir), self.sampler.domains)
+        df = self._arrivals
+        assert df is not None
         limit = self.scenario.run.max_requests or len(df)
         arrival = df["arrival_s"].to_numpy(np.float64)
         prompt = df["prompt_tokens"].to_numpy(np.int64)

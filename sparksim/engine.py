@@ -20,7 +20,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable, Generator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -71,7 +71,6 @@ class Request:
     switches: int = 0
     admit_seq: int = 0  # first admission's order (kept on re-admission: preempt the newest)
     last_emit_at: float = math.nan  # when it last emitted a token (for ITL across gaps)
-    on_done: list[Callable[[Request], None]] = field(default_factory=list)
 
 
 def kv_capacity_tokens(scenario: Scenario, profile: Profile) -> int | None:
@@ -122,7 +121,6 @@ class Engine:
         self.finish = finish
         self.check = check  # validate every step's lengths (INV-2) as it happens
         cl = scenario.cluster
-        self.colocated = cl.prefill.mode == "colocated"
         self.chunk_tokens = cl.prefill.chunk_tokens
         self.max_concurrency = cl.max_concurrency
         self.max_batch_tokens = cl.max_batch_tokens
@@ -430,8 +428,6 @@ class Engine:
                 if any_past:  # some request ran out of trace rows
                     past = st[ROW, : self.n] >= st[ROW_END, : self.n]
                     self._continue_traces(np.flatnonzero(past))
-            if in_window:
-                stats.window_steps += 1
             for req, take in plan:
                 req.prefill_left -= take
             while self.prefilling and self.prefilling[0].prefill_left == 0:

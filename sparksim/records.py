@@ -119,7 +119,6 @@ class StreamStats:
     itl_count: int = 0
     joint: NDArray[np.int64] = field(init=False)  # (γ+1)² counts of (ℓ, accepted drafts)
     window_tokens: int = 0
-    window_steps: int = 0
     window_request_steps: int = 0
     window_verified: int = 0
     window_emitted_decode: int = 0

@@ -8,6 +8,7 @@ the Gamma shape, so cv = 1/sqrt(burstiness)).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,7 +88,26 @@ def interarrival_s(rng: np.random.Generator, cfg: WorkloadConfig) -> float:
 
 
 def load_arrivals(path: Path, domains: list[str]) -> pd.DataFrame:
-    """Read and validate an arrival CSV (`arrival_s, prompt_tokens, output_tokens[, domain]`)."""
+    """Read and validate an arrival CSV (`arrival_s, prompt_tokens, output_tokens[, domain]`).
+
+    A file is read once per process while it is unchanged (size and modification time):
+    the runner validates it and the cluster replays it from the same table (treat it as
+    read-only).
+    """
+    try:
+        st = Path(path).stat()
+    except OSError as exc:
+        raise FormatError(path, [f"cannot be read as CSV ({exc})"]) from None
+    return _load_arrivals(str(Path(path).resolve()), st.st_mtime_ns, st.st_size,
+                          tuple(sorted(domains)))
+
+
+@functools.lru_cache(maxsize=8)
+def _load_arrivals(path_str: str, mtime_ns: int, size: int, domains_key: tuple[str, ...]
+                   ) -> pd.DataFrame:
+    del mtime_ns, size  # part of the cache key only: a rewritten file is read again
+    path = Path(path_str)
+    domains = list(domains_key)
     try:
         df = pd.read_csv(path, nrows=MAX_REPLAY_ROWS + 1)
     except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:

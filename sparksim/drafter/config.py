@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -85,14 +84,6 @@ def config_from_dict(cls: type[C], data: dict[str, Any], where: str) -> C:
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {unknown} for {cls.__name__}")
     return cls(**data)
-
-
-def save_json(obj: Any, path: Path) -> None:
-    """Write a dataclass (or dict) as indented JSON, atomically."""
-    from sparksim.atomic import write_text
-
-    payload = asdict(obj) if hasattr(obj, "__dataclass_fields__") else obj
-    write_text(path, json.dumps(payload, indent=2) + "\n")
 
 
 def load_json(path: Path) -> dict[str, Any]:
