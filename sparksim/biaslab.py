@@ -101,6 +101,7 @@ def run_bias_lab(
     """
     name, spec_params = parse_policy_spec(policy)
     params = {**spec_params, **(params or {})}
+    params.pop("drafter", None)  # what the drafter costs does not matter here: SPS is the paper's
     rng = policy_stream(seed, policy)
     profile = appendix_a_profile()
     label = make_policy(name, 2, params).label()  # a bad parameter fails before any trial

@@ -9,8 +9,13 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import importlib.util
 import inspect
+import sys
+import zlib
 from collections.abc import Mapping
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from sparksim.errors import ConfigError
@@ -53,12 +58,32 @@ def _load_extra() -> None:
 _load_extra()
 
 
+def _import_file(path_str: str) -> ModuleType:
+    """Import a Python file by path, once per process (the user chose to run this code)."""
+    path = Path(path_str).expanduser().resolve()
+    key = f"sparksim_user_policy_{zlib.crc32(str(path).encode()):08x}"
+    if key in sys.modules:
+        return sys.modules[key]
+    spec = importlib.util.spec_from_file_location(key, path)
+    if spec is None or spec.loader is None or not path.is_file():
+        raise ImportError(f"no Python file at {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[key] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[key]
+        raise
+    return module
+
+
 def resolve(name: str) -> type[Policy]:
-    """Return the policy class for a registered name or a `package.module:Class` path."""
+    """Return the policy class for a registered name, `package.module:Class` or `path/file.py:Class`."""
     if ":" in name:
-        mod_name, _, cls_name = name.partition(":")
+        mod_name, _, cls_name = name.rpartition(":")
         try:
-            module = importlib.import_module(mod_name)
+            module = (_import_file(mod_name) if mod_name.endswith(".py")
+                      else importlib.import_module(mod_name))
         except ImportError as exc:
             raise ConfigError(f"policy {name!r}: cannot import {mod_name!r} ({exc})") from None
         cls = getattr(module, cls_name, None)
@@ -70,7 +95,7 @@ def resolve(name: str) -> type[Policy]:
         hint = f" (did you mean {near[0]!r}?)" if near else ""
         raise ConfigError(
             f"unknown policy {name!r}{hint}; valid policies: {', '.join(sorted(REGISTRY))}, "
-            "or package.module:Class"
+            "or package.module:Class, or path/to/file.py:Class"
         )
     return REGISTRY[name]
 
@@ -84,9 +109,9 @@ def parse_policy_spec(spec: str) -> tuple[str, dict[str, Any]]:
     import yaml
 
     name, _, args = spec.partition(":")
-    if args and "=" not in args.split(",")[0]:
-        plugin, _, rest = args.partition(":")
-        name, args = f"{name}:{plugin}", rest
+    head, _, rest = args.partition(":")
+    if head and "=" not in head:  # module:Class or file.py:Class, then its parameters
+        name, args = f"{name}:{head}", rest
     params: dict[str, Any] = {}
     for item in (a.strip() for a in args.split(",") if a.strip()):
         key, sep, raw = item.partition("=")
