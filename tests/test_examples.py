@@ -41,7 +41,7 @@ def test_the_example_verifies_the_top_survivals_up_to_its_budget() -> None:
     for _ in range(200):
         r = int(rng.integers(1, 9))
         batch = StepBatch.from_conf(rng.choice([0.3, 0.6, 0.9, 1.0], size=(r, 5)), prof)
-        order = sorted(((-batch.survival[i, j], j, i) for i in range(r) for j in range(5)))
+        order = sorted((-batch.survival[i, j], j, i) for i in range(r) for j in range(5))
         want = np.zeros(r, dtype=np.int64)
         for _, _j, i in order[: 2 * r]:
             want[i] += 1
