@@ -145,6 +145,9 @@ class Engine:
         cap = self.max_concurrency
         self.n = 0
         self.state = np.zeros((NUM_FIELDS, cap), dtype=np.int64)
+        # when each slot's request last emitted (ITL after steps it sat out); kept in slot order
+        self.last_emit = np.full(cap, np.nan)
+        self._irregular = False  # some running request sat out a step since it last emitted
         self.active: dict[int, Request] = {}
         self.queue: deque[Request] = deque()
         self.prefilling: deque[Request] = deque()
@@ -211,6 +214,7 @@ class Engine:
         self.active[rid] = req
         self.ctx_sum += req.context
         self._joined_at[rid] = req.last_emit_at
+        self.last_emit[i] = req.last_emit_at
         self.n += 1
         if req.row >= req.row_end and req.emitted < req.spec.output_tokens:
             self._continue_traces(np.array([i]))
@@ -229,6 +233,7 @@ class Engine:
     def _compact(self, keep: NDArray[np.bool_]) -> None:
         n_new = int(keep.sum())
         self.state[:, :n_new] = self.state[:, : self.n][:, keep]
+        self.last_emit[:n_new] = self.last_emit[: self.n][keep]
         self.n = n_new
 
     def _continue_traces(self, idx: NDArray[np.int64]) -> None:
@@ -298,12 +303,6 @@ class Engine:
         held = np.cumsum(self.state[CONTEXT, :n])
         return max(1, int(np.searchsorted(held, self.max_context_tokens, side="right")))
 
-    def _stall(self, rows: range, since: float) -> None:
-        """Running requests in `rows` sit this step out; their next gap started at `since` (ITL)."""
-        joined = self._joined_at
-        for i in rows:
-            joined.setdefault(int(self.state[RID, i]), since)
-
     def _loop(self) -> Generator[simpy.Event, Any, None]:
         env = self.env
         st = self.state
@@ -333,8 +332,8 @@ class Engine:
                 m = 0
             elif n and self.ctx_sum > self.max_context_tokens:
                 m = self._capped_rows(n)
-            if m < n:
-                self._stall(range(m, n), start_at)
+            irregular = self._irregular or m < n  # some gap is not one step long
+            self._irregular = m < n
             fixed = m + prefill_tokens
             decision_s = kv_s = 0.0
             batch: StepBatch | None = None
@@ -400,7 +399,7 @@ class Engine:
                 if observes and batch is not None:
                     policy.observe(batch, lengths, drafted_ok)
                 if in_window:
-                    self._record_itl(m, n, now, step_s)
+                    self._record_itl(m, n, now, step_s, irregular)
                     stats.window_tokens += emitted_total
                     stats.window_request_steps += m
                     stats.window_verified += verified
@@ -412,6 +411,7 @@ class Engine:
                 else:
                     for i in range(m):
                         self._joined_at.pop(int(st[RID, i]), None)
+                self.last_emit[:m] = now
                 stepped = m
                 if any_done:
                     done = st[EMITTED, : self.n] >= st[OUT_LEN, : self.n]
@@ -425,6 +425,7 @@ class Engine:
                 if m < n and 0 < stepped < self.n:
                     # the stepped requests queue behind the ones that waited (DistServe's rotation)
                     st[:, : self.n] = np.roll(st[:, : self.n], -stepped, axis=1)
+                    self.last_emit[: self.n] = np.roll(self.last_emit[: self.n], -stepped)
                 if any_past:  # some request ran out of trace rows
                     past = st[ROW, : self.n] >= st[ROW_END, : self.n]
                     self._continue_traces(np.flatnonzero(past))
@@ -440,29 +441,25 @@ class Engine:
                 ))
             self.step_index += 1
 
-    def _record_itl(self, m: int, n: int, now: float, step_s: float) -> None:
+    def _record_itl(self, m: int, n: int, now: float, step_s: float, irregular: bool) -> None:
         """Record the inter-token gaps of the m requests this step advanced.
 
-        A request that also ran the step before waited exactly this step; one that joined,
-        or sat out steps since (prefill, transfer, queueing, recompute, a prefill-first
-        iteration, the context cap), waited from its last emission.
+        Regularly, a request that also ran the step before waited exactly this step and one
+        that joined since waited from its last emission (prefill, transfer, queueing,
+        recompute). After a step some running request sat out (a prefill-first iteration,
+        the context cap), every gap is read from its slot's last emission.
         """
         stats = self.stats
         joined = self._joined_at
-        if m == n:
+        if not irregular:
             for last_at in joined.values():
                 stats.add_itl(now - last_at, 1)
             stats.add_itl(step_s, n - len(joined))
             joined.clear()
             return
-        plain = 0
         for i in range(m):
-            last_at = joined.pop(int(self.state[RID, i]), math.nan)
-            if last_at != last_at:  # nan: it ran the step before
-                plain += 1
-            else:
-                stats.add_itl(now - last_at, 1)
-        stats.add_itl(step_s, plain)
+            joined.pop(int(self.state[RID, i]), None)
+            stats.add_itl(now - float(self.last_emit[i]), 1)
 
     def _check_lengths(self, lengths: NDArray[np.int64], n: int, fixed: int) -> None:
         if lengths.shape != (n,) or not lengths_in_bounds(lengths, self.gamma):

@@ -76,3 +76,13 @@ def test_the_scenarios_name_the_published_profiles(tmp_path: Path) -> None:
     for mode, engine in (("disaggregated", "distserve"), ("colocated", "vllm")):
         sc = scenario(mode, tmp_path / "a.csv")
         assert sc["profile"].endswith(f"a100-opt13b-{engine}-published")
+
+
+@pytest.mark.filterwarnings("ignore::sparksim.profile.ProfileWarning")
+@pytest.mark.parametrize("mode", ["disaggregated", "colocated"])
+def test_itl_counts_the_steps_a_request_sat_out(mode: str, tmp_path: Path) -> None:
+    # Why: under prefill-first iterations and the context cap a request waits whole steps
+    # between tokens; its inter-token gaps must add up to its decode time. Every request
+    # emits one token per decode step here, so mean ITL equals mean TPOT exactly.
+    res = simulate_benchmark(mode, tmp_path)
+    assert res.summary["mean_itl_ms"] == pytest.approx(res.summary["mean_tpot_ms"], rel=1e-9)
