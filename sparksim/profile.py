@@ -512,6 +512,15 @@ def _read_csv(path: Path, required: tuple[str, ...], optional: tuple[str, ...], 
     if df.empty:
         problems.append(f"{path.name}: no rows")
         return None
+
+    def plain(value: Any) -> str:
+        # a number as a person writes it (8, -0.25, nan), not np.float64(8.0); text quoted
+        if isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool):
+            num = float(value)
+            return str(int(num)) if num.is_integer() else repr(num)
+        return repr(value)
+
+    # rows count from 1 as a person reads the file: the first data row under the header is row 1
     for col in df.columns:
         if col not in required and col not in optional:
             continue
@@ -520,7 +529,7 @@ def _read_csv(path: Path, required: tuple[str, ...], optional: tuple[str, ...], 
         if bad.any():
             row = int(np.argmax(bad))
             problems.append(
-                f"{path.name}: column {col!r} row {row} is not a finite number ({df[col].iloc[row]!r})"
+                f"{path.name}: column {col!r} row {row + 1} is not a finite number ({plain(df[col].iloc[row])})"
             )
             ok = False
             continue
@@ -528,7 +537,7 @@ def _read_csv(path: Path, required: tuple[str, ...], optional: tuple[str, ...], 
         neg = vals.to_numpy() <= 0 if col in positive else vals.to_numpy() < 0
         if neg.any():
             row = int(np.argmax(neg))
-            problems.append(f"{path.name}: column {col!r} row {row} out of range ({vals.iloc[row]!r})")
+            problems.append(f"{path.name}: column {col!r} row {row + 1} out of range ({plain(vals.iloc[row])})")
             ok = False
         df[col] = vals
     return df if ok else None

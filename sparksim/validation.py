@@ -2,10 +2,26 @@
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from sparksim.profile import check_profile
 from sparksim.traces.format import check_traceset
+
+
+@dataclass(frozen=True)
+class Report:
+    """What validating one input found.
+
+    `problems` stop it from loading or running; `warnings` are what `sparksim run` would
+    warn about on the same input (it runs, with a caveat), as plain sentences.
+    """
+
+    kind: str  # 'profile', 'traces', 'scenario' or 'unknown'
+    problems: list[str]
+    warnings: list[str]
 
 
 def detect_kind(path: Path) -> str:
@@ -21,45 +37,78 @@ def detect_kind(path: Path) -> str:
     return "unknown"
 
 
-def check_scenario(path: Path) -> list[str]:
+def check_scenario(path: Path, *, strict: bool = False) -> list[str]:
     """Return every problem in a scenario file: its keys and values, then the inputs it names.
 
-    When the keys are sound, the profile(s), trace set, arrival CSV and policy it names are
-    checked too, so `sparksim validate scenario.yaml` answers "will this run?".
+    Keys first (every bad key at once). Then each file it names, with the loaders' own
+    checks, so every problem of each file is listed. When those files are sound, the rest
+    is `sparksim run`'s own loading path (`runner.load_inputs`: policy, KV capacity, batch
+    limits; then the workload's domains and arrival CSV), so validate answers "will this
+    run?" exactly as `run` would before simulating.
     """
-    from sparksim.config import (
-        check_scenario_file,
-        parse_scenario,
-        read_scenario_file,
-        resolve_path,
-    )
+    from sparksim.config import check_scenario_file, resolve_path
     from sparksim.errors import SparksimError
-    from sparksim.policies import make_policy
+    from sparksim.runner import load_inputs, load_scenario
+    from sparksim.workload import DomainSampler, load_arrivals
 
     problems = check_scenario_file(path)
     if problems:
         return problems
-    sc = parse_scenario(read_scenario_file(path))
-    base = path.resolve().parent
-    refs = [("profile", sc.profile, check_profile), ("traces", sc.traces, check_traceset)]
+    try:
+        sc, base = load_scenario(path)
+    except SparksimError as exc:
+        return [str(exc)]
+    names: dict[Path, str] = {}
+    refs: list[tuple[str, str, Callable[[Path], list[str]]]] = [
+        ("profile", sc.profile, check_profile), ("traces", sc.traces, check_traceset)]
     if sc.cluster.prefill.profile:
         refs.append(("cluster.prefill.profile", sc.cluster.prefill.profile, check_profile))
     gamma = None
     for key, ref, check in refs:
         target = resolve_path(ref, base)
+        names[target] = f"{key}={ref!r}"
         found = check(target)
         problems += [f"{key}={ref!r}: {p}" for p in found]
         if key == "traces" and not found:
-            gamma = int(yaml_gamma(target))
-    if sc.workload.kind == "replay" and sc.workload.arrivals_csv:
-        csv = resolve_path(sc.workload.arrivals_csv, base)
+            gamma = yaml_gamma(target)
+    wl = sc.workload
+    csv = resolve_path(wl.arrivals_csv, base) if wl.kind == "replay" and wl.arrivals_csv else None
+    if csv is not None:
+        names[csv] = f"workload.arrivals_csv={wl.arrivals_csv!r}"
         if not csv.is_file():
-            problems.append(f"workload.arrivals_csv={sc.workload.arrivals_csv!r}: file not found")
+            problems.append(f"workload.arrivals_csv={wl.arrivals_csv!r}: file not found")
+    if problems:
+        # load_inputs cannot get past a broken file; still say whether the policy is sound
+        return problems + _policy_problems(sc.policy.name, gamma, sc.policy.params)
     try:
-        make_policy(sc.policy.name, gamma if gamma is not None else 64, sc.policy.params)
+        _profile, traces, _prefill = load_inputs(sc, base, strict=strict)
+        sampler = DomainSampler(traces, wl.mix)  # what the cluster builds first
+        if csv is not None:
+            load_arrivals(csv, sampler.domains)
     except SparksimError as exc:
-        problems.append(f"policy: {exc}")
-    return problems
+        return _messages(exc, names)
+    return []
+
+
+def _policy_problems(name: str, gamma: int | None, params: dict[str, object]) -> list[str]:
+    from sparksim.errors import SparksimError
+    from sparksim.policies import make_policy
+
+    try:
+        make_policy(name, gamma if gamma is not None else 64, params)
+    except SparksimError as exc:
+        return [f"policy: {exc}"]
+    return []
+
+
+def _messages(exc: Exception, names: dict[Path, str]) -> list[str]:
+    """Return an error's problems as lines, a file's problems prefixed by the key naming it."""
+    from sparksim.errors import FormatError
+
+    if isinstance(exc, FormatError):
+        prefix = names.get(exc.path, str(exc.path))
+        return [f"{prefix}: {p}" for p in exc.problems]
+    return [str(exc)]
 
 
 def yaml_gamma(traces: Path) -> int:
@@ -70,15 +119,27 @@ def yaml_gamma(traces: Path) -> int:
     return int(card["gamma"])
 
 
-def validate_path(path: Path) -> tuple[str, list[str]]:
-    """Return (kind, every problem found) for the input at `path`."""
+def validate_path(path: Path, *, strict: bool = False) -> Report:
+    """Return what validating the input at `path` finds: its kind, problems and warnings.
+
+    Warnings raised while reading (a profile whose cost falls with batch size, a run that
+    would extrapolate) come back as their messages, once each, not as warning objects.
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        kind, problems = _check(path, strict)
+    said = list(dict.fromkeys(str(w.message) for w in caught))
+    return Report(kind, problems, said)
+
+
+def _check(path: Path, strict: bool) -> tuple[str, list[str]]:
     kind = detect_kind(path)
     if kind == "profile":
         return kind, check_profile(path)
     if kind == "traces":
         return kind, check_traceset(path)
     if kind == "scenario":
-        return kind, check_scenario(path)
+        return kind, check_scenario(path, strict=strict)
     if not path.exists():
         return kind, [f"{path} does not exist"]
     return kind, [

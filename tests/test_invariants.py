@@ -3,8 +3,12 @@ scheduler and traffic shape, or no comparison between schedulers means anything.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import numpy as np
+import pandas as pd
 import pytest
 
 from sparksim import kernels
@@ -108,6 +112,16 @@ def test_inv5_other_seed_gives_other_results(sloped_profile: Path, varied_traces
     assert not a.requests.equals(b.requests)
 
 
+def test_inv5_checker_fires_when_a_rerun_differs(sloped_profile: Path, varied_traces: Path) -> None:
+    # Why: `--check` trusts check_determinism; fed a first run that is not what the scenario
+    # gives (here another seed's), it must report INV-5 rather than compare nothing.
+    sets = [f"profile={sloped_profile}", f"traces={varied_traces}", "run.duration_s=2"]
+    sc, base = load_scenario(None, [*sets, "seed=1"], "static")
+    other = simulate(*load_scenario(None, [*sets, "seed=2"], "static"))
+    found = check_determinism(sc, base, other, strict=False)
+    assert len(found) == 3 and all(v.startswith("INV-5:") for v in found), found
+
+
 def test_inv6_static_gamma0_is_plain_decoding(sloped_profile: Path, varied_traces: Path) -> None:
     _, _, res = _run(sloped_profile, varied_traces, "static", ["policy.gamma=0"])
     assert res.steps is not None
@@ -117,6 +131,143 @@ def test_inv6_static_gamma0_is_plain_decoding(sloped_profile: Path, varied_trace
     _, _, twin = _run(sloped_profile, varied_traces, "tests.broken_policy:NeverDraft", [])
     assert twin.requests.equals(res.requests)
     assert twin.steps is not None and twin.steps.equals(res.steps)
+
+
+# --------------------------------------------------------------------------- checkers that fire
+#
+# A checker that cannot fail checks nothing (STYLE 8): each invariant's checker is fed a real
+# run's tables with one deliberate corruption and must name the invariant it guards. Replacing
+# any checker in sparksim/invariants.py with `return []` fails its case here.
+
+Tables = tuple[pd.DataFrame, pd.DataFrame, dict[str, int]]
+
+
+@pytest.fixture(scope="module")
+def spec_run(sloped_profile: Path, varied_traces: Path) -> tuple[Tables, dict[str, Any]]:
+    """A small drafting run on two replicas, its tables and the arguments `check_run` takes."""
+    sc, _, res = _run(sloped_profile, varied_traces, "static",
+                      ["policy.gamma=3", *WORKLOADS["gamma-2replicas"]], 2.0)
+    assert res.steps is not None and res.violations == []
+    return (res.requests, res.steps, dict(res.summary["census"])), {
+        "gamma": res.summary["gamma"], "max_tokens": sc.cluster.max_batch_tokens,
+        "plain_decoding": False}
+
+
+@pytest.fixture(scope="module")
+def plain_run(sloped_profile: Path, varied_traces: Path) -> tuple[Tables, dict[str, Any]]:
+    """The same for plain decoding (static γ = 0), where INV-6 applies."""
+    sc, _, res = _run(sloped_profile, varied_traces, "static", ["policy.gamma=0"], 2.0)
+    assert res.steps is not None and res.violations == []
+    return (res.requests, res.steps, dict(res.summary["census"])), {
+        "gamma": res.summary["gamma"], "max_tokens": sc.cluster.max_batch_tokens,
+        "plain_decoding": True}
+
+
+def _second_step_of_replica(steps: pd.DataFrame, replica: int) -> Any:
+    return steps.index[steps["replica"] == replica][1]
+
+
+def _short_request(q: pd.DataFrame, s: pd.DataFrame, c: dict[str, int], a: dict[str, Any]) -> None:
+    q.loc[q.index[0], "emitted_tokens"] -= 1  # a token lost on the way out
+
+
+def _step_emits_a_phantom(q: pd.DataFrame, s: pd.DataFrame, c: dict[str, int], a: dict[str, Any]) -> None:
+    s.loc[s.index[3], "emitted_tokens"] += 1  # more than Σ(min(ℓ, accepted) + 1)
+
+
+def _length_above_gamma(q: pd.DataFrame, s: pd.DataFrame, c: dict[str, int], a: dict[str, Any]) -> None:
+    i = s.index[(s["num_requests"] > 0).to_numpy()][0]
+    s.loc[i, "verified_drafts"] = s.loc[i, "num_requests"] * a["gamma"] + 1  # some ℓ_r > γ
+
+
+def _batch_over_the_limit(q: pd.DataFrame, s: pd.DataFrame, c: dict[str, int], a: dict[str, Any]) -> None:
+    s.loc[s.index[5], "batch_tokens"] = a["max_tokens"] + 1
+
+
+def _clock_backwards(q: pd.DataFrame, s: pd.DataFrame, c: dict[str, int], a: dict[str, Any]) -> None:
+    i = _second_step_of_replica(s, 1)
+    s.loc[i, "start_at"] -= 0.5 * s["step_s"].min()  # starts before the previous step ends
+
+
+def _finish_before_first_token(q: pd.DataFrame, s: pd.DataFrame, c: dict[str, int], a: dict[str, Any]) -> None:
+    q.loc[q.index[2], "finish_at"] = q.loc[q.index[2], "first_token_at"] - 1e-3
+
+
+def _first_token_before_arrival(q: pd.DataFrame, s: pd.DataFrame, c: dict[str, int], a: dict[str, Any]) -> None:
+    q.loc[q.index[1], "first_token_at"] = q.loc[q.index[1], "arrival_at"] - 1e-3
+
+
+def _plain_run_drafts(q: pd.DataFrame, s: pd.DataFrame, c: dict[str, int], a: dict[str, Any]) -> None:
+    s.loc[s.index[4], "verified_drafts"] += 1  # a draft verified (and rejected) with γ = 0
+
+
+def _plain_run_pays_draft_cost(q: pd.DataFrame, s: pd.DataFrame, c: dict[str, int], a: dict[str, Any]) -> None:
+    s.loc[s.index[4], "draft_s"] = 1e-4
+
+
+def _lost_request(q: pd.DataFrame, s: pd.DataFrame, c: dict[str, int], a: dict[str, Any]) -> None:
+    c["finished"] -= 1  # one arrival neither finished, running, queued nor prefilling
+
+
+Corruption = Callable[[pd.DataFrame, pd.DataFrame, dict[str, int], dict[str, Any]], None]
+CORRUPTIONS: dict[str, tuple[str, str, Corruption]] = {
+    "a request short of its output": ("INV-1", "spec_run", _short_request),
+    "a step emitting a phantom token": ("INV-1", "spec_run", _step_emits_a_phantom),
+    "a length above gamma": ("INV-2", "spec_run", _length_above_gamma),
+    "a batch over the token limit": ("INV-2", "spec_run", _batch_over_the_limit),
+    "a clock going backwards": ("INV-3", "spec_run", _clock_backwards),
+    "finish before first token": ("INV-4", "spec_run", _finish_before_first_token),
+    "first token before arrival": ("INV-4", "spec_run", _first_token_before_arrival),
+    "plain decoding with drafts": ("INV-6", "plain_run", _plain_run_drafts),
+    "plain decoding paying a draft cost": ("INV-6", "plain_run", _plain_run_pays_draft_cost),
+    "a request lost from the census": ("INV-7", "spec_run", _lost_request),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CORRUPTIONS))
+def test_inv1_to_inv7_checkers_fire_on_a_corrupted_run(case: str, request: pytest.FixtureRequest) -> None:
+    # Why: a checker that returns [] passes every sound run too; only a broken run shows it works.
+    inv, which, corrupt = CORRUPTIONS[case]
+    (requests, steps, census), args = request.getfixturevalue(which)
+    q, s, c = requests.copy(), steps.copy(), dict(census)
+    assert check_run(q, s, c, **args) == []  # sound before the corruption
+    corrupt(q, s, c, args)
+    found = check_run(q, s, c, **args)
+    assert any(v.startswith(f"{inv}:") for v in found), (case, found)
+
+
+def _two_trace_requests(path: Path, gamma: int = 3, rows: int = 24) -> Path:
+    """One domain, two trace requests: A accepts every draft at every position, B none."""
+    from sparksim.traces import write_traceset
+
+    req = pd.DataFrame({"request_id": [0, 1], "domain": ["chat", "chat"],
+                        "prompt_tokens": [32, 32], "output_tokens": [rows, rows]})
+    conf = np.concatenate([np.full((rows, gamma), 0.99), np.full((rows, gamma), 0.01)])
+    accepted = np.concatenate([np.full(rows, gamma), np.zeros(rows)]).astype(np.int64)
+    card = {"source": "synthetic", "target": "test", "drafter": "test", "gamma": gamma,
+            "temperature": 1.0, "date": "2026-11-29", "command": "tests/test_invariants.py"}
+    return write_traceset(path, req, conf, accepted, card)
+
+
+def test_a_request_longer_than_its_trace_continues_on_another_trace_request(
+    flat_profile: Path, tmp_path: Path
+) -> None:
+    # Why: DESIGN forbids looping a trace request; replaying the same one again would give a
+    # long request the acceptance of one prompt only. With A (all drafts accepted) and B
+    # (none) as the domain's only two, a 200-token request must alternate: about 23 tokens
+    # in 6 steps on A, then 23 steps on B, so ~40 % of its decode tokens are accepted drafts.
+    # Looping would give 75 % (on A) or 0 % (on B).
+    traces = _two_trace_requests(tmp_path / "ab")
+    sets = [f"profile={flat_profile}", f"traces={traces}", "policy.gamma=3", "workload.concurrency=4",
+            "workload.mix={chat: 1.0}", "workload.lengths.source=lognormal",
+            "workload.lengths.output.min=200", "workload.lengths.output.max=200",
+            "workload.lengths.prompt.min=32", "workload.lengths.prompt.max=32", "run.duration_s=4"]
+    res = simulate(*load_scenario(None, sets, "static"), check=True)
+    req = res.requests
+    assert len(req) >= 4 and res.violations == []
+    share = req["accepted_drafts"] / (req["output_tokens"] - 1)
+    assert share.between(0.3, 0.5).all(), share.describe()
+    assert (req["trace_switches"] >= 4).all()
 
 
 def test_inv7_checker_reports_lost_requests() -> None:

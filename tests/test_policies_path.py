@@ -40,10 +40,13 @@ def test_argmax_matches_the_whole_path_search_written_as_a_loop(batch: StepBatch
 @settings(max_examples=100, deadline=None)
 @given(confidences(), st.data())
 def test_top_k_admits_exactly_the_first_k_candidates_of_the_ranking(conf, data) -> None:
+    # Candidates are the positive survivals (the grid draws zeros): a k past them admits them all.
     survival = np.cumprod(conf, axis=1)
     r, g = survival.shape
     k = data.draw(st.integers(0, r * g))
     rr, jj = candidate_order(survival)
+    positive = survival[rr, jj] > 0
+    rr, jj = rr[positive], jj[positive]
     expected = np.zeros(r, dtype=np.int64)
     np.maximum.at(expected, rr[:k], jj[:k] + 1)
     np.testing.assert_array_equal(top_k_lengths(survival, k), expected)
@@ -123,3 +126,31 @@ def test_rounding_picks_the_neighbouring_graph_size_with_the_higher_theta() -> N
     assert round_to_captured(path, 4, (8, 16, 32)) == 4  # already on a graph size
     assert round_to_captured(path, 6, ()) == 6  # no graph sizes listed: unchanged
     assert round_to_captured(path, 24, (8, 16)) == 24  # past the last graph: eager, unchanged
+
+
+# conf rows with a zero: request 0's survivals are (0.9, 0, 0), request 1's all positive
+ZERO_TAIL = np.array([[0.9, 0.0, 0.5], [0.8, 0.8, 0.8]])
+
+
+@pytest.mark.parametrize("name", ["greedy", "argmax"])
+def test_a_cost_falling_with_batch_size_does_not_buy_drafts_of_survival_zero(name: str) -> None:
+    # Why: where step cost falls with B (a dip in a hand-built profile, or extrapolation),
+    # every admission raises Θ = τ / step_s even when it adds nothing to τ; Alg. 1 ranks
+    # positive survivals only, so a draft that cannot be accepted is never verified.
+    prof = profile([1, 64], [20.0, 10.0], mode="linear")  # cost falls with B
+    batch = StepBatch.from_conf(ZERO_TAIL, prof)
+    lengths = make_policy(name, 3).decide(batch)
+    np.testing.assert_array_equal(lengths, [1, 3])
+    assert batch_path(batch, CostTable()).size == 4  # the path holds the positive ones only
+
+
+def test_two_steps_budget_past_the_positive_survivals_leaves_the_zeros_unverified() -> None:
+    # Why: two-step sizes K elsewhere (here the initial budget, γ per request) and fills the
+    # K slots with the fresh top-K; a K past the positive survivals must not fill zeros.
+    prof = profile([1, 64], [10.0, 11.0], mode="linear")
+    batch = StepBatch.from_conf(ZERO_TAIL, prof)
+    policy = make_policy("two-step", 3, {"initial_budget": 3})
+    assert policy.decide(batch).tolist() == [1, 3]
+    assert policy.last_capacity == 6  # the budget was larger: the fill stopped at the zeros
+    np.testing.assert_array_equal(top_k_lengths(batch.survival, 6), [1, 3])
+    np.testing.assert_array_equal(top_k_lengths(np.zeros((2, 3)), 6), [0, 0])

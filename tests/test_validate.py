@@ -117,15 +117,15 @@ PROFILE_BREAKS: dict[str, tuple[Callable[[Path], None], list[str]]] = {
     "NaN cost": (
         lambda p: _edit_csv(p / "verify.csv", lambda d: d.assign(
             step_ms=d["step_ms"].where(d.index != 3, np.nan))),
-        ["verify.csv: column 'step_ms' row 3", "nan"]),
+        ["verify.csv: column 'step_ms' row 4", "(nan)"]),
     "text where a number belongs": (
         lambda p: _edit_csv(p / "verify.csv", lambda d: d.astype({"tokens": object}).assign(
             tokens=["8", "abc", *map(str, d["tokens"][2:])])),
-        ["verify.csv: column 'tokens' row 1", "'abc'"]),
+        ["verify.csv: column 'tokens' row 2", "'abc'"]),
     "negative context": (
         lambda p: _edit_csv(p / "verify.csv", lambda d: d.assign(
             context=d["context"].where(d.index != 5, -4096))),
-        ["verify.csv: column 'context' row 5 out of range", "-4096"]),
+        ["verify.csv: column 'context' row 6 out of range (-4096)"]),
     "context grid with a hole": (
         lambda p: _edit_csv(p / "verify.csv", lambda d: d.drop(index=6)),
         ["verify.csv", "context=4096 lacks tokens=32"]),
@@ -331,7 +331,7 @@ def test_validate_exits_1_and_lists_every_problem(tmp_path: Path) -> None:
     assert result.exit_code == 1
     out = _flat(result.output)
     assert "3 problem(s)" in out, out
-    for text in ("verify.csv: column 'step_ms' row 2", "draft.csv: missing column 'requests'",
+    for text in ("verify.csv: column 'step_ms' row 3", "draft.csv: missing column 'requests'",
                  "card.yaml: missing field 'command'"):
         assert text in out, out
 
@@ -350,3 +350,51 @@ def test_validate_exits_1_on_a_path_that_is_not_an_input(tmp_path: Path) -> None
     (tmp_path / "empty").mkdir()
     empty = runner.invoke(app, ["validate", str(tmp_path / "empty")])
     assert empty.exit_code == 1 and "is not a profile" in _flat(empty.output)
+
+
+def test_validate_refuses_a_scenario_that_run_refuses_before_simulating(tmp_path: Path) -> None:
+    """One validation path: what `run` refuses before simulating (a KV cache too small for the
+    longest request) must fail `validate` too, in run's own words, or a clean validate means nothing."""
+    from sparksim.errors import ConfigError
+    from sparksim.runner import load_inputs, load_scenario
+
+    scenario = tmp_path / "s.yaml"
+    body = {"profile": str(_profile(tmp_path)), "traces": str(_traces(tmp_path)),
+            "cluster": {"kv_capacity_tokens": 64}}
+    scenario.write_text(yaml.safe_dump(body))
+    with pytest.raises(ConfigError) as refused:
+        load_inputs(*load_scenario(scenario))
+    result = CliRunner().invoke(app, ["validate", str(scenario)])
+    out = _flat(result.output)
+    assert result.exit_code == 1, out
+    assert "1 problem(s)" in out and _flat(str(refused.value)) in out, out
+    # the same scenario with room for its longest request validates clean
+    scenario.write_text(yaml.safe_dump({**body, "cluster": {"kv_capacity_tokens": 100_000}}))
+    result = CliRunner().invoke(app, ["validate", str(scenario)])
+    assert result.exit_code == 0, result.output
+
+
+def test_validate_prints_a_profile_warning_as_a_sentence(tmp_path: Path) -> None:
+    """A warning is for a person: one readable line, not a warning object's repr or a source line."""
+    verify = pd.DataFrame({"tokens": [8, 16, 32, 64], "step_ms": [1.0, 2.0, 1.5, 3.0]})
+    path = write_profile(tmp_path / "dip", verify, PROFILE_CARD)
+    result = CliRunner().invoke(app, ["validate", str(path)])
+    out = _flat(result.output)
+    assert result.exit_code == 0, out
+    assert "warning: profile 'dip': verify.csv cost falls with batch size at 1 point(s)" in out, out
+    for raw in ("ProfileWarning", "warnings.warn", "profile.py"):
+        assert raw not in out, out
+
+
+def test_profile_problems_count_rows_from_1_and_print_plain_numbers(tmp_path: Path) -> None:
+    """Row 1 is the first data row under the header, as a person counts in a CSV, and a value
+    reads as the number in the file, not as numpy's repr of it."""
+    path = _profile(tmp_path)
+    _edit_csv(path / "verify.csv", lambda d: d.assign(step_ms=d["step_ms"].where(d.index != 0, -2.5)))
+    _edit_csv(path / "draft.csv", lambda d: d.assign(requests=d["requests"].where(d.index != 1, 0)))
+    result = CliRunner().invoke(app, ["validate", str(path)])
+    out = _flat(result.output)
+    assert result.exit_code == 1
+    assert "verify.csv: column 'step_ms' row 1 out of range (-2.5)" in out, out
+    assert "draft.csv: column 'requests' row 2 out of range (0)" in out, out
+    assert "np.float64" not in out and "np.int64" not in out, out

@@ -1,7 +1,11 @@
 """The sorted candidate path and Θ along it: the maths shared by the DSpark-family policies.
 
-Every candidate (r, j) is ranked by survival a_{r,j} descending; ties go to the lower
-position j, then to the lower request index r (paper Alg. 1 with deterministic ties).
+Every candidate (r, j) with a positive survival a_{r,j} is ranked by it descending; ties
+go to the lower position j, then to the lower request index r (paper Alg. 1 with
+deterministic ties). A survival of 0 is a draft the target cannot accept: it is never a
+candidate, so no cut verifies it: not where a step cost falling with B (as under
+extrapolation) would make it raise Θ, nor where a budget K sized elsewhere exceeds the
+positive survivals (two-step's fill).
 Because a_{r,j} is non-increasing in j and ties prefer the lower j, every prefix of this
 path is a union of per-request prefixes, so cutting the path after k admissions gives a
 valid ℓ. Admitting the k-th candidate makes the step send B = fixed + k tokens and expect
@@ -260,8 +264,14 @@ def batch_path(
     """
     if ranked is None:
         ranked = sorted_survival(batch.survival if survival is None else survival)
-    n = path_length(ranked.size, batch.fixed_tokens, batch.max_tokens)
+    n = path_length(num_positive(ranked), batch.fixed_tokens, batch.max_tokens)
     return Path.build(ranked, n, batch.num_requests, batch.fixed_tokens, batch.cost, table)
+
+
+def num_positive(ranked: NDArray[np.float64]) -> int:
+    """Return how many of `ranked` (descending) are above 0: the candidates a path may admit."""
+    # ranked[::-1] is ascending (for `sorted_survival`'s view, the sorted array itself)
+    return int(ranked.size - np.searchsorted(ranked[::-1], 0.0, side="right"))
 
 
 def top_k_lengths(
@@ -269,22 +279,48 @@ def top_k_lengths(
 ) -> Lengths:
     """Return ℓ admitting the first k candidates of the path over `survival` (R, γ).
 
-    `ranked` may pass `sorted_survival(survival)` (all R·γ values) when the caller has it. The k-th
-    value v splits the path: everything above v is in, and of the candidates equal to v
-    only the first ones in (j, r) order are, so the tie rule costs work only on ties.
+    Only positive survivals are candidates: a k past them (a budget sized elsewhere, as
+    two-step's) admits all of them and no draft of survival 0. `ranked` may pass
+    `sorted_survival(survival)` (all R·γ values) when the caller has it.
     """
     num_requests, gamma = survival.shape
     k = min(max(k, 0), num_requests * gamma)
     if k == 0:
         return np.zeros(num_requests, dtype=np.int64)
+    v = _kth_largest(survival, k, ranked)
+    if v <= 0.0:  # rare: the cut reaches drafts that cannot be accepted; stop before them
+        k = num_positive(ranked) if ranked is not None else int(np.count_nonzero(survival > 0.0))
+        v = _kth_largest(survival, k, ranked) if k else v
+    return _first_k(survival, k, ranked, v)
+
+
+def _kth_largest(survival: NDArray[np.float64], k: int, ranked: NDArray[np.float64] | None) -> float:
+    """Return the k-th largest of `survival` (1 ≤ k ≤ R·γ), from `ranked` when given."""
+    if ranked is not None:
+        return float(ranked[k - 1])
+    if k == survival.size:
+        return float(survival.min())
+    flat = survival.flatten()
+    flat.partition(flat.size - k)
+    return float(flat[flat.size - k])
+
+
+def _first_k(
+    survival: NDArray[np.float64], k: int, ranked: NDArray[np.float64] | None, v: float | None = None
+) -> Lengths:
+    """Return ℓ admitting the first k (0 ≤ k ≤ R·γ) of all R·γ entries in path order, zeros included.
+
+    The k-th value v (passed when the caller has it) splits the path: everything above v is
+    in, and of the entries equal to v only the first ones in (j, r) order are, so the tie
+    rule costs work only on ties.
+    """
+    num_requests, gamma = survival.shape
+    if k == 0:
+        return np.zeros(num_requests, dtype=np.int64)
     if k == num_requests * gamma:
         return np.full(num_requests, gamma, dtype=np.int64)
-    if ranked is None:
-        flat = survival.flatten()
-        flat.partition(flat.size - k)
-        v = float(flat[flat.size - k])
-    else:
-        v = float(ranked[k - 1])
+    if v is None:
+        v = _kth_largest(survival, k, ranked)
     lengths = kernels.count_at_least(survival, v)
     if ranked is not None and ranked[k] < v:
         return lengths  # v is not shared with a candidate below the cut: no tie to settle
@@ -308,7 +344,8 @@ def cap_lengths(batch: StepBatch, lengths: Lengths) -> Lengths:
         return lengths
     admitted = np.arange(batch.gamma)[None, :] < lengths[:, None]  # (R, γ)
     masked = np.where(admitted, batch.survival, -1.0)  # not admitted ranks below everything
-    return top_k_lengths(masked, budget)
+    # the policy chose what to admit, survival-0 drafts included; only the cap trims it
+    return _first_k(masked, budget, None)
 
 
 def round_to_captured(path: Path, best_k: int, captured: tuple[int, ...]) -> int:
