@@ -126,17 +126,18 @@ def _load_arrivals(path_str: str, mtime_ns: int, size: int, domains_key: tuple[s
         vals = pd.to_numeric(df[col], errors="coerce").to_numpy(np.float64)
         bad = ~np.isfinite(vals) | (vals < low)
         if bad.any():
-            row = int(np.argmax(bad))
-            problems.append(f"column {col!r} row {row} is {df[col].iloc[row]!r} (must be >= {low})")
+            row = int(np.argmax(bad))  # rows count from 1, as a person reads the CSV
+            problems.append(f"column {col!r} row {row + 1} is {df[col].iloc[row]} (must be >= {low:g})")
         df[col] = vals
     if not problems and (np.diff(df["arrival_s"].to_numpy()) < 0).any():
-        row = int(np.argmax(np.diff(df["arrival_s"].to_numpy()) < 0)) + 1
+        row = int(np.argmax(np.diff(df["arrival_s"].to_numpy()) < 0)) + 2
         problems.append(f"column 'arrival_s' row {row} goes back in time (arrivals must be sorted)")
     if "domain" in df.columns:
         bad_dom = ~df["domain"].astype(str).isin(domains)
         if bad_dom.any():
             row = int(np.argmax(bad_dom.to_numpy()))
-            problems.append(f"column 'domain' row {row} is {df['domain'].iloc[row]!r} (trace set has {domains})")
+            problems.append(f"column 'domain' row {row + 1} is {df['domain'].iloc[row]!r} "
+                            f"(trace set has {domains})")
     if problems:
         raise FormatError(path, problems)
     return df

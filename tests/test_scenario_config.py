@@ -124,3 +124,15 @@ def test_validate_checks_the_inputs_a_scenario_names(tmp_path: Path) -> None:
     problems = check_scenario(f)
     assert any(p.startswith("profile='profiles/does-not-exist'") for p in problems)
     assert any("gamma=9" in p for p in problems)
+
+
+def test_an_arrivals_csv_problem_names_the_row_as_a_person_counts_it(tmp_path: Path) -> None:
+    from sparksim.errors import FormatError
+    from sparksim.workload import load_arrivals
+
+    csv = tmp_path / "a.csv"
+    csv.write_text("arrival_s,prompt_tokens,output_tokens\n0.1,100,50\n0.2,0,50\n0.1,10,5\n")
+    with pytest.raises(FormatError) as err:
+        load_arrivals(csv, ["math"])
+    assert "column 'prompt_tokens' row 2 is 0 (must be >= 1)" in str(err.value)
+    assert "np.float64" not in str(err.value)
