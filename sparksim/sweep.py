@@ -38,8 +38,10 @@ ROW_METRICS = (
     "output_throughput", "tput_per_gpu", "interactivity", "mean_tpot_ms", "p99_tpot_ms",
     "mean_ttft_ms", "p99_ttft_ms", "median_itl_ms", "mean_e2el_ms", "mean_acceptance_length",
     "verify_budget_per_request", "request_throughput", "completed", "engine_steps",
+    # the steady window's census: a point with many unfinished had a queue still growing
+    "steady_requests", "steady_unfinished",
 )
-POINT_FORMAT = 1  # part of every point's key: raise it when a row's contents change meaning
+POINT_FORMAT = 2  # part of every point's key: raise it when a row's contents change meaning
 
 
 @dataclass(frozen=True)
@@ -251,7 +253,7 @@ def write_sweep(out: Path, table: pd.DataFrame, meta: dict[str, Any]) -> Path:
     from sparksim.plotting.pareto import plot_pareto
 
     try:
-        plot_pareto(table, out / "pareto.png", title=str(meta.get("title", "")))
+        plot_pareto(table, out / "pareto.png", meta=meta, baseline=meta.get("baseline"))
     except MissingExtraError:
         (out / "pareto.png").unlink(missing_ok=True)  # an old figure would not show this table
     return out

@@ -99,3 +99,27 @@ def test_plot_profile_writes_under_results_by_default(tmp_path: Path, monkeypatc
     assert result.exit_code == 0, result.output
     assert (tmp_path / "results" / "sps-profile.png").read_bytes()[:4] == b"\x89PNG"
     assert not (tmp_path / "sps-profile.png").exists()
+
+
+def test_overlaid_profiles_keep_their_knee_labels_apart_and_name_the_capture_line_once(tmp_path: Path) -> None:
+    # Profiles of one GPU share a knee: labels drawn at one spot cover each other, and a
+    # legend entry per profile for the same dashed line reads as several different lines.
+    pytest.importorskip("matplotlib")
+    from sparksim.plotting import pyplot
+    from sparksim.plotting.profile_plot import profile_figure
+
+    paths = [make_profile(tmp_path / "a"), make_profile(tmp_path / "b", scale=1.02)]
+    fig = profile_figure(paths)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    texts = [t for ax in fig.axes for t in ax.texts]
+    boxes = [t.get_window_extent(renderer) for t in texts]
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    entries = [t.get_text() for legend in [*fig.legends, *(ax.get_legend() for ax in fig.axes)] if legend
+               for t in legend.get_texts()]
+    assert sum("largest captured graph" in e for e in entries) == 1
+    assert sum("knee B=24" in e for e in entries) == 4  # every curve's knee is named, once
+    for legend in fig.legends:
+        for ax in fig.axes:
+            assert not legend.get_window_extent(renderer).overlaps(ax.get_window_extent(renderer))
+    pyplot().close(fig)

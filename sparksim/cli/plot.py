@@ -31,11 +31,12 @@ def profile(
 def pareto(
     sweep_dir: Path = typer.Argument(..., help="a folder written by `sparksim sweep` (sweep.parquet)"),
     out: Path | None = typer.Option(None, "--out", help="PNG file (default: SWEEP_DIR/pareto.png)"),
-    baseline: str | None = typer.Option(None, "--baseline", help="policy the speedups are against"),
+    baseline: str | None = typer.Option(None, "--baseline", help="policy the speedups are against (default: the sweep's)"),
 ) -> None:
     """Plot throughput per GPU against tok/s per user for every policy of a sweep, with frontiers."""
     import pandas as pd
 
+    from sparksim.config import read_yaml_mapping
     from sparksim.errors import FormatError
     from sparksim.plotting.pareto import plot_pareto
 
@@ -44,5 +45,7 @@ def pareto(
         raise FormatError(sweep_dir, ["sweep.parquet: file is missing (run `sparksim sweep` first)"])
     target = out or sweep_dir / "pareto.png"
     check_out(target, kind="file")
-    written = plot_pareto(pd.read_parquet(table_path), target, baseline=baseline)
+    # sweep.yaml (how the sweep was run) names its baseline, profile, traces and workload
+    meta = read_yaml_mapping(sweep_dir / "sweep.yaml", "sweep.yaml") if (sweep_dir / "sweep.yaml").is_file() else {}
+    written = plot_pareto(pd.read_parquet(table_path), target, meta=meta, baseline=baseline or meta.get("baseline"))
     console.print(f"[green]wrote[/] {written}", highlight=False)

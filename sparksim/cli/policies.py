@@ -6,11 +6,12 @@ import typer
 from rich.table import Table
 
 from sparksim.cli.common import console
-from sparksim.policies import REGISTRY
 
 
 def list_policies() -> None:
     """List every registered policy with its rule and whether it is lossless."""
+    from sparksim.policies import REGISTRY
+
     table = Table(title="verification policies")
     table.add_column("name", style="bold")
     table.add_column("lossless")
@@ -35,6 +36,7 @@ def bias(
 ) -> None:
     """Run the bias lab (paper App. A): P(first token = A) must be 0.7 for a lossless policy."""
     from sparksim.biaslab import bias_table
+    from sparksim.policies import REGISTRY
 
     names = policy or sorted(REGISTRY)
     df = bias_table(names, trials=trials, seed=seed)

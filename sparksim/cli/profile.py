@@ -16,7 +16,7 @@ from sparksim.cli.profile_analytic import analytic
 from sparksim.errors import ConfigError
 
 app = typer.Typer(
-    help="Measure an SPS(B) profile (verify.csv, draft.csv, card.yaml) on this machine, or write "
+    help="Measure an SPS(B) profile (verify.csv, attention.csv, a draft table, card.yaml) on this machine, or write "
     "an analytic one (`profile analytic`).",
     no_args_is_help=True,
     invoke_without_command=True,
@@ -52,7 +52,8 @@ def measure(
     device: str = typer.Option("cpu", "--device", help="cpu or cuda (single device)"),
     dtype: str = typer.Option("bf16", "--dtype", help="bf16, fp16 or fp32 for weights, KV cache and activations"),
     tokens: str = typer.Option(DEFAULT_TOKENS, "--tokens", help="batch sizes B in tokens: a list 1,2,4, a range 1-64, a stepped range 1-1024:8, or a mix"),
-    contexts: str = typer.Option("1024", "--context", "--contexts", help="KV tokens per request, a list like 1024,4096,16384"),
+    contexts: str = typer.Option("1024,4096", "--context", "--contexts", help="KV tokens per request, at least two, a list like 1024,4096,16384 (the dense/KV split is fitted over them)"),
+    attention_fit: str = typer.Option("per-request", "--attention-fit", help="attention.csv's slope per KV token: per-request (one per request count R) or pooled (one for all)"),
     graphs: bool | None = typer.Option(None, "--graphs/--no-graphs", help="capture one CUDA graph per captured size (default: on for cuda, off for cpu)"),
     max_capture_size: int = typer.Option(512, "--max-capture-size", help="largest CUDA-graph size (vLLM's default sizes up to it); larger batches run eagerly"),
     replays: int = typer.Option(5, "--replays", help="timed replays per point; the median is kept (5 or more for a real profile)"),
@@ -61,27 +62,29 @@ def measure(
     tokens_per_request: int | None = typer.Option(None, "--tokens-per-request", help="R = ceil(B / this); default 1 + γ"),
     gamma: int = typer.Option(7, "--gamma", help="drafter block size γ"),
     draft_layers: int = typer.Option(5, "--draft-layers", help="drafter layers (DSpark uses 5)"),
-    draft: bool = typer.Option(True, "--draft/--no-draft", help="also time the drafter by request count (draft.csv)"),
+    draft: bool = typer.Option(True, "--draft/--no-draft", help="also time the drafter by request count and positions 1..γ (draft-dspark-<layers>.csv)"),
     draft_context: int | None = typer.Option(None, "--draft-context", help="context the drafter attends to (default: the first --context)"),
     peaks: bool = typer.Option(True, "--peaks/--no-peaks", help="measure matmul FLOP/s and copy bandwidth and put the roofline's error in the card"),
     threads: int | None = typer.Option(None, "--threads", help="CPU threads for torch (default: torch's choice)"),
     out: Path | None = typer.Option(None, "--out", help="profile folder to write (default profiles/<device>-<model>-<dtype>-measured)"),
     note: str = typer.Option("", "--note", help="a remark for the card (e.g. what else ran on the machine)"),
 ) -> None:
-    """Measure SPS(B): time one verification step at every (tokens, context), and the drafter."""
+    """Measure SPS(B): time verification steps over (tokens, context), the drafter and prefill,
+    then fit the dense / KV split."""
     if ctx.invoked_subcommand is not None:
         return
     if model is None:
         raise ConfigError("--model is required (a preset name or a path to config.json)")
-    _measure(model, device, dtype, tokens, contexts, graphs, max_capture_size, replays, warmup, rounds,
-             tokens_per_request, gamma, draft_layers, draft, draft_context, peaks, threads, out, note)
+    _measure(model, device, dtype, tokens, contexts, attention_fit, graphs, max_capture_size, replays,
+             warmup, rounds, tokens_per_request, gamma, draft_layers, draft, draft_context, peaks,
+             threads, out, note)
 
 
 def _measure(
-    model: str, device: str, dtype: str, tokens: str, contexts: str, graphs: bool | None,
-    max_capture_size: int, replays: int, warmup: int, rounds: int, tokens_per_request: int | None, gamma: int,
-    draft_layers: int, draft: bool, draft_context: int | None, peaks: bool, threads: int | None,
-    out: Path | None, note: str,
+    model: str, device: str, dtype: str, tokens: str, contexts: str, attention_fit: str,
+    graphs: bool | None, max_capture_size: int, replays: int, warmup: int, rounds: int,
+    tokens_per_request: int | None, gamma: int, draft_layers: int, draft: bool,
+    draft_context: int | None, peaks: bool, threads: int | None, out: Path | None, note: str,
 ) -> None:
     from sparksim.models import load_model_spec
 
@@ -98,6 +101,7 @@ def _measure(
         import sparksim.roofline  # noqa: F401
     from sparksim.profiling.card import write_measured_profile
     from sparksim.profiling.draft_model import DrafterShape
+    from sparksim.profiling.fit import ATTENTION_FITS, check_contexts, prefill_lengths
     from sparksim.profiling.graphs import default_capture_sizes
     from sparksim.profiling.peaks import measure_peaks
     from sparksim.profiling.sweep import (
@@ -108,6 +112,7 @@ def _measure(
         merge_rounds,
         parse_int_list,
         run_draft_sweep,
+        run_prefill_sweep,
         run_verify_sweep,
     )
     from sparksim.profiling.timing import MIN_REPLAYS_RECOMMENDED, CudaEventClock, HostClock
@@ -126,12 +131,19 @@ def _measure(
         draft_context=draft_context,
     )
     check_config(cfg)
+    check_contexts(cfg.contexts)
+    if attention_fit not in ATTENTION_FITS:
+        raise ConfigError(f"--attention-fit {attention_fit!r} is not one of {', '.join(ATTENTION_FITS)}")
+    # Long enough prompts that the q² attention term shows above the timing noise, short
+    # enough that they take seconds (a GPU runs 8k-token prompts as fast as a CPU runs 2k).
+    prompts = prefill_lengths(spec.max_position, 8192 if device == "cuda" else 2048)
     if threads is not None:
         torch.set_num_threads(threads)
     target = out if out is not None else Path("profiles") / f"{device}-{spec.name}-{dtype}-measured"
     argv = [
         "sparksim", "profile", "--model", model, "--device", device, "--dtype", dtype,
-        "--tokens", tokens, "--context", contexts, "--graphs" if use_graphs else "--no-graphs",
+        "--tokens", tokens, "--context", contexts, "--attention-fit", attention_fit,
+        "--graphs" if use_graphs else "--no-graphs",
         *(["--max-capture-size", str(max_capture_size)] if use_graphs else []),
         "--replays", str(replays), "--warmup", str(warmup), "--rounds", str(rounds), "--tokens-per-request", str(tpr),
         "--gamma", str(gamma), "--draft-layers", str(draft_layers),
@@ -143,7 +155,8 @@ def _measure(
     if replays < MIN_REPLAYS_RECOMMENDED:
         err_console.print(f"[yellow]warning:[/] --replays {replays} is below "
                           f"{MIN_REPLAYS_RECOMMENDED}; fine for a smoke test, noisy for a profile")
-    total = rounds * (len(cfg.tokens) * len(cfg.contexts) + len(cfg.draft_requests if draft else []))
+    total = rounds * (len(cfg.tokens) * len(cfg.contexts)
+                      + (len(cfg.draft_requests) * gamma if draft else 0)) + len(prompts)
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=err_console, transient=False) as bar:
         task = bar.add_task(f"profiling {spec.name} on {device} ({dtype})", total=total)
@@ -155,6 +168,7 @@ def _measure(
         for _ in range(rounds):
             point_rounds.append(run_verify_sweep(cfg, progress=advance))
             draft_rounds.append(run_draft_sweep(cfg, progress=advance))
+        prefill = run_prefill_sweep(cfg, prompts, progress=advance)
     points, drafts = merge_rounds(point_rounds), merge_draft_rounds(draft_rounds)
     measured = None
     if peaks:
@@ -162,8 +176,9 @@ def _measure(
         clock = CudaEventClock() if device == "cuda" else HostClock()
         with torch.inference_mode():
             measured = measure_peaks(dev, DTYPES[dtype], clock)
-    path = write_measured_profile(target, cfg, points, drafts, shlex.join(argv), peaks=measured,
-                                  note=note, rounds=rounds)
+    path = write_measured_profile(target, cfg, points, drafts, shlex.join(argv), prefill=prefill,
+                                  attention_fit=attention_fit,
+                                  peaks=measured, note=note, rounds=rounds)
     missing = sum(p.timing is None for p in points)
     console.print(f"[green]wrote[/] {path} ({len(points) - missing} points measured"
                   f"{f', {missing} unavailable' if missing else ''})", highlight=False)

@@ -15,7 +15,14 @@ from rich.table import Table
 
 from sparksim.cli.common import check_out, console, err_console, friendly_errors
 from sparksim.plotting import PLOT_INSTALL
-from sparksim.sweep import grid, parse_vary, run_sweep, speedup_at_matched_throughput, write_sweep
+from sparksim.sweep import (
+    grid,
+    parse_vary,
+    resolve_point,
+    run_sweep,
+    speedup_at_matched_throughput,
+    write_sweep,
+)
 from sparksim.sweep_store import PointStore
 
 EXIT_INTERRUPTED = 130  # what a shell reports for a command stopped by SIGINT
@@ -71,10 +78,13 @@ def sweep(
     if store.reused:
         console.print(f"reused {store.reused} of {len(points)} finished points from {store.folder}/",
                       highlight=False, soft_wrap=True)
-    meta = {"scenario": str(scenario) if scenario else "embedded default", "vary": vary,
-            "policies": policies, "set": set_, "title": f"{scenario.stem if scenario else 'default'} sweep"}
-    write_sweep(out, table, meta)
     base = baseline or policies[0]
+    resolved, _ = resolve_point(str(scenario) if scenario else None, set_, points[0])  # for the figure's title
+    meta = {"scenario": str(scenario) if scenario else "embedded default", "vary": vary,
+            "policies": policies, "set": set_, "title": f"{scenario.stem if scenario else 'default'} sweep",
+            "baseline": base, "profile": resolved.profile, "traces": resolved.traces,
+            "workload": resolved.workload.model_dump(mode="json")}
+    write_sweep(out, table, meta)
     shown = Table(title=f"matched-throughput speedup of tok/s/user over {base}")
     shown.add_column("policy")
     shown.add_column("tput/GPU range")

@@ -1,67 +1,263 @@
-"""Pareto frontier plots: throughput per GPU against tokens per second per user, one curve per policy."""
+"""Pareto frontier plots: throughput per GPU against tokens per second per user, one curve per policy.
+
+A series is one full policy spec as the run labelled it (`static(gamma=1) · mtp-1`): two rows
+with one policy name and different drafters are two series. Each series keeps its colour in
+every figure (a fixed palette keyed by the label), the legend and the notes sit below the
+axes so they never hide a point, and the matched-throughput speedups leave out points whose
+queue was still growing at the horizon.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import textwrap
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from sparksim.atomic import atomic_file
 from sparksim.plotting import pyplot
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
-def plot_pareto(table: pd.DataFrame, out: Path | str, *, title: str = "",
-                baseline: str | None = None) -> Path:
-    """Draw every sweep point and each policy's frontier; mark policies that are not lossless.
+# Matplotlib's tab10 then Dark2: dark enough for thin lines, distinct side by side.
+PALETTE = (
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+    "#bcbd22", "#17becf", "#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02",
+)
+# A point is left out of the speedups when more of the requests that arrived in its steady
+# window than this were unfinished at the horizon: its queue was still growing (the share at
+# which `sparksim run` warns that latencies are optimistic).
+UNFINISHED_SHARE = 0.05
+DEFAULT_TITLE = "Pareto frontier: throughput per GPU against tok/s per user"
 
-    x: interactivity (tok/s/user), y: tput_per_gpu (tok/s/GPU), as in DSpark's Fig. 7. The PNG
-    is written atomically (with its folder); MissingExtraError without matplotlib.
+
+def series_labels(table: pd.DataFrame) -> pd.Series:
+    """Return each row's series: the run's full policy label (drafter included), else its spec."""
+    if "label" in table:
+        return table["label"].astype(str)
+    return table["policy"].astype(str)
+
+
+def palette_index(label: str) -> int:
+    """Return the palette slot of `label`: a hash, the same in every figure and process."""
+    return int(hashlib.sha256(label.encode()).hexdigest(), 16) % len(PALETTE)
+
+
+def series_colors(labels: Sequence[str]) -> dict[str, str]:
+    """Give each label its palette colour; a label whose slot is taken here takes the next free one.
+
+    Only a clash inside one figure moves a colour, so a policy keeps its colour across the
+    figures of a study unless two of its policies hash alike.
     """
-    plt = pyplot()  # first, so a missing matplotlib fails before any work
+    taken: set[int] = set()
+    colors = {}
+    for label in dict.fromkeys(labels):
+        slot = palette_index(label)
+        while slot in taken and len(taken) < len(PALETTE):
+            slot = (slot + 1) % len(PALETTE)
+        taken.add(slot)
+        colors[label] = PALETTE[slot]
+    return colors
 
-    from sparksim.sweep import pareto_frontier, speedup_at_matched_throughput
 
-    load = "workload.concurrency" if "workload.concurrency" in table else (
-        "workload.rate" if "workload.rate" in table else None)
-    if load is not None:
-        fig, (ax, ax_b) = plt.subplots(1, 2, figsize=(12.5, 5.0), constrained_layout=True,
-                                       gridspec_kw={"width_ratios": [3, 2]})
+def overloaded(table: pd.DataFrame) -> pd.Series:
+    """Return, per row, whether its queue was still growing: > UNFINISHED_SHARE of arrivals unfinished.
+
+    A table without the census columns (written before they were kept) marks no row.
+    """
+    if not {"steady_unfinished", "steady_requests"} <= set(table.columns):
+        return pd.Series(False, index=table.index)
+    unfinished = table["steady_unfinished"].fillna(0).astype(float)
+    arrived = table["steady_requests"].fillna(0).astype(float) + unfinished
+    return (arrived > 0) & (unfinished > UNFINISHED_SHARE * arrived)
+
+
+def varied_columns(table: pd.DataFrame) -> list[str]:
+    """Return the swept keys (`workload.concurrency`, ...): the row's columns with a dotted name."""
+    return [c for c in table.columns if "." in str(c)]
+
+
+def _value(v: Any) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def workload_words(workload: Mapping[str, Any], varied: Sequence[str]) -> str:
+    """Describe a resolved `workload` section in a few words, leaving out the swept keys."""
+    shown = {k for k in varied if k.startswith("workload.")}
+    kind = workload.get("kind", "closed")
+    if kind == "closed":
+        words = "closed loop" if "workload.concurrency" in shown else \
+            f"closed loop, {workload.get('concurrency')} users"
+        if workload.get("think_time_s"):
+            words += f", think {_value(workload['think_time_s'])} s"
+    elif kind == "replay":
+        words = f"replay of {workload.get('arrivals_csv')}"
     else:
-        fig, ax = plt.subplots(figsize=(7.5, 5.0), constrained_layout=True)
-    for i, (policy, grp) in enumerate(table.groupby("policy", sort=False)):
-        color = f"C{i % 10}"
-        label = str(grp["label"].iloc[0]) if "label" in grp else str(policy)
-        style = "--" if not bool(grp["lossless"].iloc[0]) else "-"
-        ax.scatter(grp["interactivity"], grp["tput_per_gpu"], s=14, color=color, alpha=0.45)
+        words = f"{kind} arrivals" + ("" if "workload.rate" in shown else f" at {_value(workload.get('rate'))} req/s")
+    lengths = workload.get("lengths", {}).get("source")
+    if lengths:
+        words += f", lengths from {lengths}"
+    mix = workload.get("mix") or {}
+    if mix and "workload.mix" not in shown:
+        total = sum(mix.values()) or 1.0
+        words += ", mix " + " ".join(f"{k} {100 * v / total:.0f} %" for k, v in mix.items())
+    return words
+
+
+def figure_title(meta: Mapping[str, Any] | None, varied: Sequence[str], title: str = "") -> str:
+    """Return the figure's title: `title` (else the sweep's), then its profile, traces and workload."""
+    meta = meta or {}
+    head = title or str(meta.get("title") or DEFAULT_TITLE)
+    about = []
+    if meta.get("profile"):
+        about.append(f"profile {meta['profile']}")
+    if meta.get("traces"):
+        about.append(f"traces {meta['traces']}")
+    if isinstance(meta.get("workload"), Mapping):
+        about.append(workload_words(meta["workload"], varied))
+    return head if not about else head + "\n" + " · ".join(about)
+
+
+def speedup_notes(table: pd.DataFrame, baseline: str | None) -> list[str]:
+    """Return one line per series: its tok/s/user over the baseline's at matched throughput.
+
+    `baseline` is a policy spec or a label (default: the first series). Points marked by
+    `overloaded` are left out first, and a range found at a single throughput says so.
+    """
+    from sparksim.sweep import speedup_at_matched_throughput
+
+    labels = series_labels(table)
+    order = list(dict.fromkeys(labels))
+    if not order:
+        return []
+    base = order[0]
+    if baseline is not None:
+        hits = [lab for lab, pol in zip(labels, table["policy"].astype(str), strict=True) if baseline in (lab, pol)]
+        base = hits[0] if hits else baseline
+    kept = table.assign(policy=labels)[~overloaded(table)]
+    notes = []
+    for label in order:
+        if label == base:
+            continue
+        sp = speedup_at_matched_throughput(kept, label, base)
+        if len(sp) == 0:
+            notes.append(f"{label} vs {base}: no throughput both reach")
+        elif len(sp) == 1:
+            row = sp.iloc[0]
+            notes.append(f"{label} vs {base}: ×{row['speedup']:.2f} tok/s/user, at a single matched "
+                         f"throughput ({row['tput_per_gpu']:,.0f} tok/s/GPU)")
+        else:
+            notes.append(f"{label} vs {base}: ×{sp['speedup'].min():.2f}–{sp['speedup'].max():.2f} tok/s/user "
+                         f"over {sp['tput_per_gpu'].min():,.0f}–{sp['tput_per_gpu'].max():,.0f} tok/s/GPU "
+                         f"({len(sp)} matched throughputs)")
+    return notes
+
+
+def pareto_figure(table: pd.DataFrame, *, meta: Mapping[str, Any] | None = None,
+                  baseline: str | None = None, title: str = "") -> Figure:
+    """Draw every sweep point and each series' frontier; return the figure (not yet saved).
+
+    Left, DSpark's Fig. 7: interactivity (tok/s/user) against tput_per_gpu, each point
+    labelled with its swept value(s), filled on its series' frontier and hollow when
+    dominated; right (when load was swept), DSpark's Fig. 8: the verification budget per
+    request against load. One legend and the speedup notes sit below both panels.
+    """
+    from matplotlib.lines import Line2D
+
+    from sparksim.sweep import pareto_frontier
+
+    plt = pyplot()
+    varied = varied_columns(table)
+    load = next((k for k in ("workload.concurrency", "workload.rate") if k in table), None)
+    labels = series_labels(table)
+    colors = series_colors(list(labels))
+    hot = overloaded(table)
+    notes = speedup_notes(table, baseline)
+    caption = ["Speedups at matched throughput per GPU, tok/s per user:"] + [f"  {n}" for n in notes]
+    if hot.any():
+        caption.append(f"{int(hot.sum())} point(s) marked × are left out of the speedups: over "
+                       f"{UNFINISHED_SHARE:.0%} of the requests that arrived in the steady window were "
+                       "unfinished at the horizon (queue still growing).")
+    caption = [line for text in caption for line in textwrap.wrap(text, 150, subsequent_indent="      ")]
+
+    n_series = len(colors)
+    legend_rows = -(-(n_series + 3) // 3)
+    fig = plt.figure(figsize=(13.0, 5.6 + 0.22 * legend_rows + 0.17 * len(caption)), layout="constrained")
+    grid = fig.add_gridspec(3, 2 if load else 1, width_ratios=[3, 2] if load else [1],
+                            height_ratios=[5.0, 0.25 + 0.22 * legend_rows, 0.1 + 0.17 * len(caption)])
+    ax = fig.add_subplot(grid[0, 0])
+    ax_b = fig.add_subplot(grid[0, 1]) if load else None
+    ax_legend = fig.add_subplot(grid[1, :])
+    ax_notes = fig.add_subplot(grid[2, :])
+    for blank in (ax_legend, ax_notes):
+        blank.set_axis_off()
+
+    handles: list[Any] = []
+    dominated_any = False
+    for label in colors:
+        grp = table[labels == label]
+        color = colors[label]
+        style = "-" if bool(grp["lossless"].iloc[0]) else "--"
         front = pareto_frontier(grp)
-        ax.plot(front["interactivity"], front["tput_per_gpu"], style, color=color, lw=1.8, label=label)
-        if load is not None:
+        on_front = grp.index.isin(front.index)
+        dominated_any |= not on_front.all()
+        ax.scatter(grp.loc[on_front, "interactivity"], grp.loc[on_front, "tput_per_gpu"], s=22, color=color,
+                   zorder=3)
+        ax.scatter(grp.loc[~on_front, "interactivity"], grp.loc[~on_front, "tput_per_gpu"], s=22,
+                   facecolors="none", edgecolors=color, zorder=3)
+        (line,) = ax.plot(front["interactivity"], front["tput_per_gpu"], style, color=color, lw=1.8, label=label)
+        handles.append(line)
+        for _, row in grp.iterrows():
+            ax.annotate("/".join(_value(row[k]) for k in varied), (row["interactivity"], row["tput_per_gpu"]),
+                        textcoords="offset points", xytext=(4, 3), fontsize=7, color=color)
+        if ax_b is not None and load is not None:
             by_load = grp.sort_values(load)
             ax_b.plot(by_load[load], by_load["verify_budget_per_request"], style + "o", color=color,
                       ms=3, lw=1.5, label=label)
-    if load is not None:
+    if hot.any():
+        ax.scatter(table.loc[hot, "interactivity"], table.loc[hot, "tput_per_gpu"], marker="x", s=60,
+                   color="black", lw=1.0, zorder=4)
+    swept = ", ".join(k.removeprefix("workload.") for k in varied) or "point"
+    handles.append(Line2D([], [], ls="", marker="o", color="gray", label="on its policy's frontier"))
+    if dominated_any:
+        handles.append(Line2D([], [], ls="", marker="o", mfc="none", color="gray",
+                              label="dominated (a point of its policy is better on both axes)"))
+    if not table["lossless"].astype(bool).all():
+        handles.append(Line2D([], [], ls="--", color="gray", label="dashed: policy not lossless"))
+    if hot.any():
+        handles.append(Line2D([], [], ls="", marker="x", color="black", label="queue still growing at the horizon"))
+    ax_legend.legend(handles=handles, loc="upper center", ncols=3, fontsize=8, frameon=False,
+                     title=f"policies (same legend for both panels); numbers by the points: {swept}",
+                     title_fontsize=8)
+    ax_notes.text(0.0, 1.0, "\n".join(caption), transform=ax_notes.transAxes, ha="left", va="top", fontsize=8)
+
+    ax.set_xlabel("interactivity (output tok/s per user)")
+    ax.set_ylabel("throughput per GPU (output tok/s)")
+    ax.grid(True, alpha=0.3)
+    ax.set_title("throughput against interactivity (lines: each policy's frontier)", fontsize=10)
+    if ax_b is not None and load is not None:
         # DSpark Fig. 8: tokens verified per request per step (bonus included) against load
         ax_b.set_xscale("log")
         ax_b.set_xlabel(load.removeprefix("workload."))
         ax_b.set_ylabel("verification budget per request (tokens/step)")
         ax_b.grid(True, alpha=0.3)
-        ax_b.set_title("budget vs load")
-    ax.set_xlabel("interactivity (output tok/s per user)")
-    ax.set_ylabel("throughput per GPU (output tok/s)")
-    ax.grid(True, alpha=0.3)
-    base = baseline or str(table["policy"].iloc[0])
-    notes = []
-    for policy in table["policy"].unique():
-        if policy == base:
-            continue
-        sp = speedup_at_matched_throughput(table, str(policy), base)
-        if len(sp):
-            notes.append(f"{policy} vs {base}: ×{sp['speedup'].min():.2f}–{sp['speedup'].max():.2f} tok/s/user")
-    if notes:
-        ax.text(0.99, 0.99, "at matched throughput\n" + "\n".join(notes), transform=ax.transAxes,
-                ha="right", va="top", fontsize=8, bbox={"fc": "white", "alpha": 0.8, "lw": 0})
-    ax.legend(fontsize=8, loc="lower left")
-    ax.set_title(title or "Pareto frontier (dashed: not lossless)")
+        ax_b.set_title("budget against load", fontsize=10)
+    fig.suptitle(figure_title(meta, varied, title), fontsize=11)
+    return fig
+
+
+def plot_pareto(table: pd.DataFrame, out: Path | str, *, meta: Mapping[str, Any] | None = None,
+                baseline: str | None = None, title: str = "") -> Path:
+    """Write `pareto_figure(table, meta=meta, baseline=baseline, title=title)` as a PNG, atomically.
+
+    Raises MissingExtraError without matplotlib, before any work.
+    """
+    plt = pyplot()
+    fig = pareto_figure(table, meta=meta, baseline=baseline, title=title)
     out = Path(out)
     with atomic_file(out) as tmp:
         fig.savefig(tmp, format="png", dpi=130)

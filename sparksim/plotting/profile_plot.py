@@ -12,6 +12,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -20,6 +21,9 @@ from numpy.typing import NDArray
 from sparksim.atomic import atomic_file
 from sparksim.plotting import pyplot
 from sparksim.profile import ProfileWarning, load_profile
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 KNEE_RISE = 1.2  # the knee is where step cost first exceeds this multiple of the smallest batch's
 CLIFF_MIN_JUMP = 0.25  # a cliff raises cost by at least this fraction ...
@@ -105,31 +109,32 @@ def load_curves(paths: Sequence[Path], context: float | None = None) -> list[Cur
     return curves
 
 
-def plot_profiles(paths: Sequence[Path], out: Path, *, context: float | None = None) -> Path:
-    """Draw SPS(B) and tokens/s against B (log x) for every profile in `paths`; write a PNG.
+def profile_figure(paths: Sequence[Path], *, context: float | None = None) -> Figure:
+    """Draw SPS(B) and tokens/s against B (log x) for every profile in `paths`; return the figure.
 
     Raises MissingExtraError without matplotlib (the `plot` extra) and FormatError for a bad profile.
     """
     plt = pyplot()  # first, so a missing matplotlib fails before the profiles are read
 
     curves = load_curves(paths, context)
-    fig, (ax_sps, ax_tps) = plt.subplots(1, 2, figsize=(13, 5), constrained_layout=True)
+    fig, (ax_sps, ax_tps) = plt.subplots(1, 2, figsize=(13, 5), layout="constrained")
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, cur in enumerate(curves):
         color = colors[i % len(colors)]
         sps = 1e3 / cur.step_ms
-        ax_sps.plot(cur.tokens, sps, "-o", ms=3, color=color, label=cur.label)
-        ax_tps.plot(cur.tokens, cur.tokens * sps, "-o", ms=3, color=color, label=cur.label)
+        knee = find_knee(cur.tokens, cur.step_ms)
+        # The knee is named in the legend, not beside its marker: profiles of one GPU share
+        # knees, and labels drawn at one spot would cover each other.
+        label = cur.label + (f" · knee B={knee:g}" if knee is not None else " · no knee")
+        ax_sps.plot(cur.tokens, sps, "-o", ms=3, color=color, label=label)
+        ax_tps.plot(cur.tokens, cur.tokens * sps, "-o", ms=3, color=color)
         if cur.low_ms is not None and cur.high_ms is not None:
             # Slowest replay → lowest SPS: the band shows how noisy the measurement was.
             ax_sps.fill_between(cur.tokens, 1e3 / cur.high_ms, 1e3 / cur.low_ms, color=color,
                                 alpha=0.15, lw=0)
-        knee = find_knee(cur.tokens, cur.step_ms)
         if knee is not None:
             k = int(np.flatnonzero(cur.tokens == knee)[0])
             ax_sps.plot([knee], [sps[k]], "D", ms=8, mfc="none", color=color)
-            ax_sps.annotate(f"knee B={knee:g}", (knee, sps[k]), textcoords="offset points",
-                            xytext=(6, 6), fontsize=8, color=color)
         for cliff in find_cliffs(cur.tokens, cur.step_ms):
             k = int(np.flatnonzero(cur.tokens == cliff)[0])
             for ax, y in ((ax_sps, sps[k]), (ax_tps, cur.tokens[k] * sps[k])):
@@ -138,17 +143,31 @@ def plot_profiles(paths: Sequence[Path], out: Path, *, context: float | None = N
             for size in cur.captured:
                 ax.axvline(size, color=color, alpha=0.08, lw=0.8)
             if cur.captured:
-                ax.axvline(max(cur.captured), color=color, ls="--", lw=1,
-                           label=f"largest captured graph ({max(cur.captured)})" if ax is ax_sps else None)
+                ax.axvline(max(cur.captured), color=color, ls="--", lw=1)
     ax_sps.set(xscale="log", yscale="log", xlabel="batch B (tokens per step)",
                ylabel="SPS(B) (steps/s)", title="steps per second")
     ax_tps.set(xscale="log", yscale="log", xlabel="batch B (tokens per step)",
                ylabel="tokens/s through the target", title="token throughput B·SPS(B)")
-    ax_sps.plot([], [], "v", color="crimson", label="cliff")
-    ax_sps.plot([], [], "D", mfc="none", color="gray", label=f"knee (cost > {KNEE_RISE}× smallest B)")
+    largest = sorted({max(c.captured) for c in curves if c.captured})
+    if largest:  # one entry however many profiles: the line takes each profile's colour
+        ax_sps.plot([], [], ls="--", lw=1, color="gray",
+                    label=f"largest captured graph (B = {', '.join(map(str, largest))}; faint: the others)")
+    ax_sps.plot([], [], "v", ls="", color="crimson", label="cliff")
+    ax_sps.plot([], [], "D", ls="", mfc="none", color="gray", label=f"knee (cost > {KNEE_RISE}× smallest B)")
     for ax in (ax_sps, ax_tps):
         ax.grid(True, which="both", alpha=0.3)
-    ax_sps.legend(fontsize=7, loc="lower left")
+    # Below both panels, where it covers no curve; one legend serves both (same colours).
+    fig.legend(*ax_sps.get_legend_handles_labels(), loc="outside lower center", ncols=2, fontsize=8, frameon=False)
+    return fig
+
+
+def plot_profiles(paths: Sequence[Path], out: Path, *, context: float | None = None) -> Path:
+    """Write `profile_figure(paths, context=context)` as a PNG, atomically (with its folder).
+
+    Raises MissingExtraError without matplotlib (the `plot` extra) and FormatError for a bad profile.
+    """
+    plt = pyplot()
+    fig = profile_figure(paths, context=context)
     out.parent.mkdir(parents=True, exist_ok=True)
     with atomic_file(out) as tmp:
         fig.savefig(tmp, format="png", dpi=120)

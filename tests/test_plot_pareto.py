@@ -1,0 +1,114 @@
+"""The Pareto figure of a sweep: what a reader sees must match the table and hide no data."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+pytest.importorskip("matplotlib")
+
+from sparksim.plotting import pyplot
+from sparksim.plotting.pareto import pareto_figure, series_colors
+
+STATIC, TWO_STEP = "static(gamma=1) · mtp-1", "two-step(delay=2)"
+
+
+def sweep_table() -> pd.DataFrame:
+    """Two policies over four loads; two-step's heaviest point left its queue growing."""
+    rows = []
+    for spec, label, scale in (("static:gamma=1,drafter=mtp-1", STATIC, 1.0), ("two-step", TWO_STEP, 1.6)):
+        for conc, tput, inter, unfinished in ((1, 300, 270, 0), (8, 2100, 260, 0), (64, 14700, 230, 1),
+                                               (256, 26000, 100, 0)):
+            rows.append({"policy": spec, "label": label, "lossless": True, "workload.concurrency": conc,
+                         "interactivity": inter * scale, "tput_per_gpu": tput * (0.8 if scale > 1 else 1.0),
+                         "verify_budget_per_request": 2.0 * scale, "steady_requests": 100,
+                         "steady_unfinished": 60 if (scale > 1 and conc == 256) else unfinished})
+    table = pd.DataFrame(rows)
+    table.loc[7, "tput_per_gpu"] = 11000.0  # below two-step's 64-user point: dominated
+    return table
+
+
+META = {"title": "default sweep", "profile": "profiles/h100-qwen3-8b-analytic",
+        "traces": "traces/synth-dspark-qwen3-8b", "workload": {"kind": "closed", "lengths": {"source": "traces"}}}
+
+
+@pytest.fixture
+def figure():  # type: ignore[no-untyped-def]
+    plt = pyplot()
+    fig = pareto_figure(sweep_table(), meta=META, baseline="two-step")
+    fig.canvas.draw()
+    yield fig
+    plt.close(fig)
+
+
+def data_axes(fig):  # type: ignore[no-untyped-def]
+    return [ax for ax in fig.axes if ax.axison]
+
+
+def test_the_legend_and_the_notes_cover_no_data_axes(figure) -> None:  # type: ignore[no-untyped-def]
+    # A legend drawn inside the axes hides points a reader is comparing.
+    renderer = figure.canvas.get_renderer()
+    legends = [ax.get_legend() for ax in figure.axes if ax.get_legend() is not None] + list(figure.legends)
+    texts = [t for ax in figure.axes if not ax.axison for t in ax.texts]
+    assert legends and texts
+    for artist in [*legends, *texts]:
+        box = artist.get_window_extent(renderer)
+        for ax in data_axes(figure):
+            assert not box.overlaps(ax.get_window_extent(renderer)), artist
+
+
+def test_speedups_are_against_the_baseline_asked_for_and_leave_out_growing_queues(figure) -> None:  # type: ignore[no-untyped-def]
+    # The terminal table quotes --baseline; the figure must quote the same comparison.
+    notes = " ".join(t.get_text() for ax in figure.axes for t in ax.texts)
+    assert f"{STATIC} vs {TWO_STEP}" in notes and f"{TWO_STEP} vs" not in notes
+    assert "1 point(s) marked × are left out" in notes and "unfinished at the horizon" in notes
+
+
+def test_a_speedup_from_one_matched_throughput_says_so() -> None:
+    # A "range" of one value reads as a robust finding; it is a single interpolation.
+    plt = pyplot()
+    table = sweep_table()
+    static, two_step = table["label"] == STATIC, table["label"] == TWO_STEP
+    table = table[(static & (table["workload.concurrency"] >= 8)) | (two_step & (table["workload.concurrency"] <= 8))]
+    table.loc[table["label"] == TWO_STEP, "tput_per_gpu"] = [300.0, 2100.0]  # meets static at 2,100 only
+    fig = pareto_figure(table.reset_index(drop=True), meta=META, baseline="two-step")
+    notes = " ".join(t.get_text() for ax in fig.axes for t in ax.texts)
+    plt.close(fig)
+    assert "at a single matched throughput" in " ".join(notes.split())
+
+
+def test_the_title_names_profile_traces_and_workload(figure) -> None:  # type: ignore[no-untyped-def]
+    title = figure._suptitle.get_text()
+    assert "profiles/h100-qwen3-8b-analytic" in title and "traces/synth-dspark-qwen3-8b" in title
+    assert "closed loop" in title
+
+
+def test_points_are_labelled_with_their_swept_value(figure) -> None:  # type: ignore[no-untyped-def]
+    pareto = data_axes(figure)[0]
+    labels = sorted(t.get_text() for t in pareto.texts)
+    assert labels == sorted(["1", "8", "64", "256"] * 2)
+
+
+def test_both_panels_are_explained_by_the_legend_with_full_policy_labels(figure) -> None:  # type: ignore[no-untyped-def]
+    # Labels carry the drafter: two rows of one policy name with two drafters are two series.
+    legend = next(ax.get_legend() for ax in figure.axes if ax.get_legend() is not None)
+    entries = [t.get_text() for t in legend.get_texts()]
+    assert STATIC in entries and TWO_STEP in entries
+    assert any("dominated" in e for e in entries)  # two-step's 256 point lies under its 64 point
+    budget = data_axes(figure)[1]
+    assert {line.get_label() for line in budget.get_lines()} <= set(entries)
+
+
+def test_a_policy_keeps_its_colour_across_figures() -> None:
+    # Figures of one study are compared side by side: a colour must mean one policy.
+    plt = pyplot()
+    colours = []
+    for table in (sweep_table(), sweep_table().iloc[::-1], sweep_table()[sweep_table()["label"] == TWO_STEP]):
+        fig = pareto_figure(table.reset_index(drop=True), meta=META)
+        pareto = data_axes(fig)[0]
+        colours.append({line.get_label(): line.get_color() for line in pareto.get_lines()})
+        plt.close(fig)
+    assert colours[0] == colours[1]
+    assert colours[2][TWO_STEP] == colours[0][TWO_STEP]
+    assert series_colors([STATIC, TWO_STEP]) == series_colors([TWO_STEP, STATIC])
+    assert len(set(series_colors([f"p{i}" for i in range(10)]).values())) == 10  # no clash in one figure
