@@ -4,23 +4,16 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from sparksim.cli.common import check_out, console, err_console, friendly_errors
-from sparksim.invariants import InvariantError
-from sparksim.runner import (
-    RunResult,
-    check_determinism,
-    default_out_dir,
-    load_inputs,
-    load_scenario,
-    simulate,
-    write_results,
-)
+
+if TYPE_CHECKING:
+    from sparksim.runner import RunResult
 
 SHOWN = (
     ("output_throughput", "output throughput", "tok/s"),
@@ -75,6 +68,17 @@ def run(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
 ) -> None:
     """Simulate a scenario, print its summary and write results/<run>/."""
+    # the simulator's modules load when a run starts, so `sparksim run --help` stays quick
+    from sparksim.invariants import InvariantError
+    from sparksim.runner import (
+        check_determinism,
+        default_out_dir,
+        load_inputs,
+        load_scenario,
+        simulate,
+        write_results,
+    )
+
     sc, base = load_scenario(scenario, set_, policy)
     check_out(out or default_out_dir(sc))  # before simulating, not after the whole run
     with warnings.catch_warnings(record=True) as caught:

@@ -14,16 +14,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from sparksim.cli.common import check_out, console, err_console, friendly_errors
-from sparksim.plotting import PLOT_INSTALL
-from sparksim.sweep import (
-    grid,
-    parse_vary,
-    resolve_point,
-    run_sweep,
-    speedup_at_matched_throughput,
-    write_sweep,
-)
-from sparksim.sweep_store import PointStore
 
 EXIT_INTERRUPTED = 130  # what a shell reports for a command stopped by SIGINT
 
@@ -54,6 +44,18 @@ def sweep(
     simulate them all again); Ctrl-C stops it, keeping them.
     """
     check_out(out)
+    # the simulator's modules load when a sweep starts, so `sparksim sweep --help` stays quick
+    from sparksim.plotting import PLOT_INSTALL
+    from sparksim.sweep import (
+        grid,
+        parse_vary,
+        resolve_point,
+        run_sweep,
+        speedup_at_matched_throughput,
+        write_sweep,
+    )
+    from sparksim.sweep_store import PointStore
+
     axes = parse_vary(vary)
     points = grid(axes, policies)
     store = PointStore(out / "points")
