@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pandas as pd
 import yaml
 
@@ -52,11 +51,12 @@ class SweepPoint:
     overrides: tuple[str, ...]
 
     def policy_name_and_sets(self) -> tuple[str, list[str]]:
-        name, _, args = self.policy.partition(":")
-        if ":" in args or (args and "=" not in args):  # a plug-in path module:Class
-            return self.policy, []
-        sets = [f"policy.{kv.strip()}" for kv in args.split(",") if kv.strip()] if args else []
-        return name, sets
+        """Return the policy's name (or plug-in path) and its parameters as `--set` overrides."""
+        from sparksim.policies import parse_policy_spec
+
+        name, params = parse_policy_spec(self.policy)
+        # JSON is YAML: every value reads back as the type it was parsed to
+        return name, [f"policy.{key}={json.dumps(value)}" for key, value in params.items()]
 
 
 def parse_vary(items: Iterable[str]) -> list[tuple[str, list[str]]]:
@@ -200,41 +200,6 @@ def run_sweep(
         for i in todo:
             finish(i, run_point(scenario_path, base_sets, points[i]))
     return pd.DataFrame([r for r in rows if r is not None])
-
-
-def pareto_frontier(df: pd.DataFrame, x: str = "interactivity", y: str = "tput_per_gpu") -> pd.DataFrame:
-    """Return the points no other point beats on both x and y, sorted by x."""
-    pts = df[[x, y]].to_numpy(np.float64)
-    keep = []
-    for i, (xi, yi) in enumerate(pts):
-        if not np.isfinite([xi, yi]).all():
-            continue
-        dominated = ((pts[:, 0] >= xi) & (pts[:, 1] >= yi) & ((pts[:, 0] > xi) | (pts[:, 1] > yi))).any()
-        if not dominated:
-            keep.append(i)
-    return df.iloc[keep].sort_values(x)
-
-
-def speedup_at_matched_throughput(
-    df: pd.DataFrame, policy: str, baseline: str, levels: Sequence[float] | None = None
-) -> pd.DataFrame:
-    """Tokens/s per user of `policy` over `baseline` at equal throughput per GPU.
-
-    Both frontiers are interpolated (log-linear in throughput) at each level, which defaults
-    to the baseline frontier's own throughputs inside the range both policies reach.
-    """
-    a = pareto_frontier(df[df["policy"] == policy]).sort_values("tput_per_gpu")
-    b = pareto_frontier(df[df["policy"] == baseline]).sort_values("tput_per_gpu")
-    if len(a) < 2 or len(b) < 2:
-        return pd.DataFrame(columns=["tput_per_gpu", "interactivity_policy", "interactivity_baseline", "speedup"])
-    lo = max(a["tput_per_gpu"].min(), b["tput_per_gpu"].min())
-    hi = min(a["tput_per_gpu"].max(), b["tput_per_gpu"].max())
-    lv = np.asarray(levels if levels is not None else b["tput_per_gpu"], np.float64)
-    lv = lv[(lv >= lo) & (lv <= hi)]
-    ia = np.interp(np.log(lv), np.log(a["tput_per_gpu"]), a["interactivity"])
-    ib = np.interp(np.log(lv), np.log(b["tput_per_gpu"]), b["interactivity"])
-    return pd.DataFrame({"tput_per_gpu": lv, "interactivity_policy": ia,
-                         "interactivity_baseline": ib, "speedup": ia / ib})
 
 
 def write_sweep(out: Path, table: pd.DataFrame, meta: dict[str, Any]) -> Path:

@@ -9,13 +9,12 @@ import pandas as pd
 import pytest
 
 from sparksim.errors import ConfigError
+from sparksim.frontier import pareto_frontier, speedup_at_matched_throughput
 from sparksim.sweep import (
     SweepPoint,
     grid,
-    pareto_frontier,
     parse_vary,
     run_sweep,
-    speedup_at_matched_throughput,
     write_sweep,
 )
 
@@ -65,3 +64,12 @@ def test_sweep_runs_every_point_and_writes_its_table(
         assert grp.sort_values("workload.concurrency")["tput_per_gpu"].is_monotonic_increasing
     out = write_sweep(tmp_path / "sw", table, {"title": "t"})
     assert (out / "sweep.parquet").exists() and (out / "pareto.png").stat().st_size > 1000
+
+
+def test_a_plugin_policy_keeps_its_parameters_in_a_sweep() -> None:
+    # Why: `file.py:Class:param=value` in a sweep must reach the policy, as in `bias`.
+    point = SweepPoint("examples/fixed_budget.py:FixedBudget:per_request=3", ())
+    assert point.policy_name_and_sets() == ("examples/fixed_budget.py:FixedBudget",
+                                            ["policy.per_request=3"])
+    assert SweepPoint("static:gamma=1,drafter=mtp-1", ()).policy_name_and_sets() == (
+        "static", ["policy.gamma=1", 'policy.drafter="mtp-1"'])

@@ -70,6 +70,7 @@ def run(
     """Simulate a scenario, print its summary and write results/<run>/."""
     # the simulator's modules load when a run starts, so `sparksim run --help` stays quick
     from sparksim.invariants import InvariantError
+    from sparksim.metrics import UNFINISHED_SHARE
     from sparksim.runner import (
         check_determinism,
         default_out_dir,
@@ -99,7 +100,7 @@ def run(
         err_console.print(f"[yellow]warning:[/] {w.message}", highlight=False)
     s = result.summary
     arrived = s["steady_requests"] + s["steady_unfinished"]
-    if arrived and s["steady_unfinished"] > 0.05 * arrived:
+    if arrived and s["steady_unfinished"] > UNFINISHED_SHARE * arrived:
         err_console.print(
             f"[yellow]warning:[/] {s['steady_unfinished']} of {arrived} requests that arrived in the "
             "steady window were unfinished at the horizon (long requests, or an overloaded system); "

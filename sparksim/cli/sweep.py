@@ -45,13 +45,14 @@ def sweep(
     """
     check_out(out)
     # the simulator's modules load when a sweep starts, so `sparksim sweep --help` stays quick
+    from sparksim.frontier import overloaded, speedup_at_matched_throughput
+    from sparksim.metrics import UNFINISHED_SHARE
     from sparksim.plotting import PLOT_INSTALL
     from sparksim.sweep import (
         grid,
         parse_vary,
         resolve_point,
         run_sweep,
-        speedup_at_matched_throughput,
         write_sweep,
     )
     from sparksim.sweep_store import PointStore
@@ -91,16 +92,25 @@ def sweep(
     shown.add_column("policy")
     shown.add_column("tput/GPU range")
     shown.add_column("speedup range", justify="right")
+    hot = overloaded(table)
+    kept = table[~hot]  # the same points the figure's speedups use
     for policy in policies:
         if policy == base:
             continue
-        sp = speedup_at_matched_throughput(table, policy, base)
-        if len(sp):
+        sp = speedup_at_matched_throughput(kept, policy, base)
+        if len(sp) > 1:
             shown.add_row(policy, f"{sp['tput_per_gpu'].min():,.0f}–{sp['tput_per_gpu'].max():,.0f}",
                           f"×{sp['speedup'].min():.2f}–{sp['speedup'].max():.2f}")
+        elif len(sp) == 1:
+            shown.add_row(policy, f"{sp['tput_per_gpu'].iloc[0]:,.0f} (one point)",
+                          f"×{sp['speedup'].iloc[0]:.2f}")
         else:
             shown.add_row(policy, "no overlap", "–")
     console.print(shown)
+    if hot.any():
+        console.print(f"{int(hot.sum())} point(s) left out of the speedups: over "
+                      f"{UNFINISHED_SHARE:.0%} of their steady-window requests were unfinished at "
+                      "the horizon", highlight=False)
     plotted = (out / "pareto.png").exists()
     console.print(f"{len(points)} points → {out}/ (sweep.parquet, sweep.csv{', pareto.png' if plotted else ''})",
                   highlight=False)

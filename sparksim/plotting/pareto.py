@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from sparksim.atomic import atomic_file
+from sparksim.frontier import overloaded, pareto_frontier, speedup_at_matched_throughput
+from sparksim.metrics import UNFINISHED_SHARE
 from sparksim.plotting import pyplot
 
 if TYPE_CHECKING:
@@ -28,10 +30,6 @@ PALETTE = (
     "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
     "#bcbd22", "#17becf", "#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02",
 )
-# A point is left out of the speedups when more of the requests that arrived in its steady
-# window than this were unfinished at the horizon: its queue was still growing (the share at
-# which `sparksim run` warns that latencies are optimistic).
-UNFINISHED_SHARE = 0.05
 DEFAULT_TITLE = "Pareto frontier: throughput per GPU against tok/s per user"
 
 
@@ -62,18 +60,6 @@ def series_colors(labels: Sequence[str]) -> dict[str, str]:
         taken.add(slot)
         colors[label] = PALETTE[slot]
     return colors
-
-
-def overloaded(table: pd.DataFrame) -> pd.Series:
-    """Return, per row, whether its queue was still growing: > UNFINISHED_SHARE of arrivals unfinished.
-
-    A table without the census columns (written before they were kept) marks no row.
-    """
-    if not {"steady_unfinished", "steady_requests"} <= set(table.columns):
-        return pd.Series(False, index=table.index)
-    unfinished = table["steady_unfinished"].fillna(0).astype(float)
-    arrived = table["steady_requests"].fillna(0).astype(float) + unfinished
-    return (arrived > 0) & (unfinished > UNFINISHED_SHARE * arrived)
 
 
 def varied_columns(table: pd.DataFrame) -> list[str]:
@@ -128,7 +114,6 @@ def speedup_notes(table: pd.DataFrame, baseline: str | None) -> list[str]:
     `baseline` is a policy spec or a label (default: the first series). Points marked by
     `overloaded` are left out first, and a range found at a single throughput says so.
     """
-    from sparksim.sweep import speedup_at_matched_throughput
 
     labels = series_labels(table)
     order = list(dict.fromkeys(labels))
@@ -168,7 +153,6 @@ def pareto_figure(table: pd.DataFrame, *, meta: Mapping[str, Any] | None = None,
     """
     from matplotlib.lines import Line2D
 
-    from sparksim.sweep import pareto_frontier
 
     plt = pyplot()
     varied = varied_columns(table)

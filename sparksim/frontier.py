@@ -1,0 +1,61 @@
+"""Pareto frontiers of a sweep: throughput per GPU against tok/s per user, and matched speedups.
+
+Pure pandas/numpy, shared by `sparksim sweep`'s table, its figure and the analyses, so the
+numbers a reader sees in the terminal and on the plot come from one rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from sparksim.metrics import UNFINISHED_SHARE
+
+
+def overloaded(table: pd.DataFrame) -> pd.Series:
+    """Return, per row, whether its queue was still growing: > UNFINISHED_SHARE of arrivals unfinished.
+
+    A table without the census columns (written before they were kept) marks no row.
+    """
+    if not {"steady_unfinished", "steady_requests"} <= set(table.columns):
+        return pd.Series(False, index=table.index)
+    unfinished = table["steady_unfinished"].fillna(0).astype(float)
+    arrived = table["steady_requests"].fillna(0).astype(float) + unfinished
+    return (arrived > 0) & (unfinished > UNFINISHED_SHARE * arrived)
+
+
+def pareto_frontier(df: pd.DataFrame, x: str = "interactivity", y: str = "tput_per_gpu") -> pd.DataFrame:
+    """Return the points no other point beats on both x and y, sorted by x."""
+    pts = df[[x, y]].to_numpy(np.float64)
+    keep = []
+    for i, (xi, yi) in enumerate(pts):
+        if not np.isfinite([xi, yi]).all():
+            continue
+        dominated = ((pts[:, 0] >= xi) & (pts[:, 1] >= yi) & ((pts[:, 0] > xi) | (pts[:, 1] > yi))).any()
+        if not dominated:
+            keep.append(i)
+    return df.iloc[keep].sort_values(x)
+
+
+def speedup_at_matched_throughput(
+    df: pd.DataFrame, policy: str, baseline: str, levels: Sequence[float] | None = None
+) -> pd.DataFrame:
+    """Tokens/s per user of `policy` over `baseline` at equal throughput per GPU.
+
+    Both frontiers are interpolated (log-linear in throughput) at each level, which defaults
+    to the baseline frontier's own throughputs inside the range both policies reach.
+    """
+    a = pareto_frontier(df[df["policy"] == policy]).sort_values("tput_per_gpu")
+    b = pareto_frontier(df[df["policy"] == baseline]).sort_values("tput_per_gpu")
+    if len(a) < 2 or len(b) < 2:
+        return pd.DataFrame(columns=["tput_per_gpu", "interactivity_policy", "interactivity_baseline", "speedup"])
+    lo = max(a["tput_per_gpu"].min(), b["tput_per_gpu"].min())
+    hi = min(a["tput_per_gpu"].max(), b["tput_per_gpu"].max())
+    lv = np.asarray(levels if levels is not None else b["tput_per_gpu"], np.float64)
+    lv = lv[(lv >= lo) & (lv <= hi)]
+    ia = np.interp(np.log(lv), np.log(a["tput_per_gpu"]), a["interactivity"])
+    ib = np.interp(np.log(lv), np.log(b["tput_per_gpu"]), b["interactivity"])
+    return pd.DataFrame({"tput_per_gpu": lv, "interactivity_policy": ia,
+                         "interactivity_baseline": ib, "speedup": ia / ib})
