@@ -61,3 +61,17 @@ def test_a_bad_policy_parameter_is_a_config_error_before_any_trial() -> None:
 
     with pytest.raises(ConfigError, match="gamma"):
         run_bias_lab("static:gamma=9", trials=10)
+
+
+def test_the_bias_command_takes_specs_prints_full_labels_and_fails_in_one_line() -> None:
+    from typer.testing import CliRunner
+
+    from sparksim.cli import app
+
+    ok = CliRunner().invoke(app, ["bias", "--policy", "two-step:delay=0", "--trials", "300"],
+                            env={"COLUMNS": "200"})
+    assert ok.exit_code == 0, ok.output
+    assert "delay=0" in ok.output and "not lossless" in " ".join(ok.output.split())
+    bad = CliRunner().invoke(app, ["bias", "--policy", "static:gamma=9", "--trials", "300"])
+    assert bad.exit_code == 1 and "Traceback" not in bad.output
+    assert "gamma=9" in bad.output

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -34,7 +35,7 @@ SHOWN = (
 
 def summary_table(result: RunResult) -> Table:
     s = result.summary
-    title = f"{s['scenario']} · {s['policy_label']} · seed {s['seed']}"
+    title = escape(f"{s['scenario']} · {s['policy_label']} · seed {s['seed']}")  # labels hold [...]
     table = Table(title=title, show_header=True)
     table.add_column("metric")
     table.add_column("value", justify="right")
