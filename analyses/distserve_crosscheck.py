@@ -14,7 +14,7 @@
 # and its benchmark arrivals (1,000 requests, 512-token prompts, 256 decode iterations,
 # Poisson 4 req/s from `numpy.random.default_rng(0).exponential(0.25, 999)`). The reference
 # column is what DistServe's own code (LLMServe/DistServe@82831f1) reports; `sparksim.crosscheck`
-# says how each setting maps. Goal (DESIGN §6): within 5 %, TTFT p90 within 10 %.
+# says how each setting maps. Goal (docs/design.md §6): within 5 %, TTFT p90 within 10 %.
 
 # %%
 from __future__ import annotations

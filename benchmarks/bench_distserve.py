@@ -3,7 +3,7 @@
 Both simulate the same thing (`sparksim.crosscheck`: OPT-13B on an A100, DistServe's fitted
 cost model, 512-token prompts, 256 decode iterations, Poisson 4 req/s from
 `numpy.random.default_rng(0)`), so the wall time of each whole process (start-up included)
-is a fair comparison. DESIGN §5's target: sparksim faster at 1,000 requests and ≥ 10× at
+is a fair comparison. docs/design.md §5's target: sparksim faster at 1,000 requests and ≥ 10× at
 10,000.
 
 Run:  python benchmarks/bench_distserve.py                          (sparksim only)

@@ -5,7 +5,7 @@ Run:  python benchmarks/bench_engine.py            (about 3–5 minutes on 2 cor
       python benchmarks/bench_engine.py --quick    (smaller horizons)
       python benchmarks/bench_engine.py --kernels numpy   (without the compiled kernels)
 
-Targets (DESIGN §5): ≥ 20,000 engine steps/s at R = 64 with greedy on one core; memory grows
+Targets (docs/design.md §5): ≥ 20,000 engine steps/s at R = 64 with greedy on one core; memory grows
 with the records kept, not with the horizon, when per-step records are off.
 """
 

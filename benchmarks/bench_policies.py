@@ -5,7 +5,7 @@ confidences, realised acceptances for the oracle) on a synthetic CUDA-graph stai
 profile, warms each policy up for a few steps (two-step needs its history), then times
 `decide` and `np.sort` of the R·γ survivals in alternating rounds of the same run and
 reports the best round of each (the least disturbed by other load) and their ratio.
-DESIGN §5 target: greedy and two-step within 3x of the bare sort at R = 256, γ = 7.
+docs/design.md §5 target: greedy and two-step within 3x of the bare sort at R = 256, γ = 7.
 
 Each grid point also prints a floor for the policies that search the whole path (argmax,
 two-step, oracle): the sort plus one cumulative sum of the sorted values, which Θ at

@@ -4,7 +4,7 @@ A request at trace position t verifying ℓ drafts accepts min(ℓ, accepted[t])
 emits one more token (the correction after a rejection, or the bonus after a full accept),
 then moves to position t + emitted. The last step of a request is cut at its output length.
 Exact at temperature 0; at temperature > 0 each step's statistics are exact for lossless
-schedules and the step-to-step coupling is approximate (DESIGN §3).
+schedules and the step-to-step coupling is approximate (docs/design.md §3).
 """
 
 from __future__ import annotations

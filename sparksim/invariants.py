@@ -1,4 +1,4 @@
-"""The simulator's invariants (DESIGN §4), checked on a finished run's records.
+"""The simulator's invariants (docs/design.md §4), checked on a finished run's records.
 
 Each check returns the violations it found as strings that start with the invariant's
 number; `check_run` runs them all. INV-2 is also checked step by step inside the engine

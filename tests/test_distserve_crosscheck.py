@@ -20,7 +20,7 @@ from sparksim.profile import load_profile
 @pytest.mark.filterwarnings("ignore::sparksim.profile.ProfileWarning")
 @pytest.mark.parametrize("mode", ["disaggregated", "colocated"])
 def test_distserve_benchmark_matches_distserve_within_five_percent(mode: str, tmp_path: Path) -> None:
-    # Why: DESIGN §6. Iterations, batch sizes, last completion, TTFT and TPOT must agree
+    # Why: docs/design.md §6. Iterations, batch sizes, last completion, TTFT and TPOT must agree
     # within 5 % (TTFT p90 within 10 %) in both of DistServe's prefill modes.
     got = run_benchmark(mode, tmp_path)
     table = compare(mode, got)

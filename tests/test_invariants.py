@@ -252,7 +252,7 @@ def _two_trace_requests(path: Path, gamma: int = 3, rows: int = 24) -> Path:
 def test_a_request_longer_than_its_trace_continues_on_another_trace_request(
     flat_profile: Path, tmp_path: Path
 ) -> None:
-    # Why: DESIGN forbids looping a trace request; replaying the same one again would give a
+    # Why: docs/design.md §3 forbids looping a trace request; replaying the same one again would give a
     # long request the acceptance of one prompt only. With A (all drafts accepted) and B
     # (none) as the domain's only two, a 200-token request must alternate: about 23 tokens
     # in 6 steps on A, then 23 steps on B, so ~40 % of its decode tokens are accepted drafts.

@@ -1,7 +1,7 @@
 """SPS(B) lookup semantics: what cost the simulator charges for a batch the profile did not list.
 
 Every scheduler decision is a comparison of costs read from a profile, so padding,
-interpolation, extrapolation and clean-up must do exactly what DESIGN §3 says.
+interpolation, extrapolation and clean-up must do exactly what docs/design.md §3 says.
 """
 
 from __future__ import annotations

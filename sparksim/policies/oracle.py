@@ -11,7 +11,7 @@ graph size, or verify nothing when drafting does not pay.
 
 An upper bound, not a policy: it reads `StepBatch.accepted`, the outcome no engine knows
 before verifying (reads_outcome, upper_bound). Not lossless. Source: the testbed's
-reference ceiling (DESIGN §1), not the paper.
+reference ceiling (docs/design.md §1), not the paper.
 """
 
 from __future__ import annotations
