@@ -18,10 +18,12 @@ from sparksim.profile import check_profile, load_profile
 
 torch = pytest.importorskip("torch")
 
-from sparksim.profiling.card import verify_table, write_measured_profile  # noqa: E402
+from sparksim.profiling.card import write_measured_profile  # noqa: E402
+from sparksim.profiling.draft_model import DrafterShape  # noqa: E402
 from sparksim.profiling.model import KVCache, StepLayout, build_model  # noqa: E402
 from sparksim.profiling.peaks import MeasuredPeaks  # noqa: E402
 from sparksim.profiling.sweep import (  # noqa: E402
+    PointResult,
     SweepConfig,
     parse_int_list,
     run_draft_sweep,
@@ -67,22 +69,189 @@ def test_profile_command_writes_a_profile_the_validator_accepts(tmp_path: Path) 
     assert result.exit_code == 0, result.output
     assert check_profile(out) == []
     prof = load_profile(out)
+    assert prof.kv_model == "per-request"
     assert prof.tokens.tolist() == [1, 3, 8, 17]
-    assert prof.contexts.tolist() == [16, 40]
+    assert prof.attn_requests.tolist() == [1, 2, 5]
     card = yaml.safe_load((out / "card.yaml").read_text())
     assert card["source"] == "measured"
     assert card["tokens_per_request"] == 4  # 1 + γ with γ = 3
     assert card["model_config_hash"] == TINY.config_hash()
     assert card["devices"] == 1 and card["replays"] == 2
     assert card["command"].startswith("sparksim profile --model ")
-    assert "--tokens 1,3,8,17" in card["command"]
+    assert "--tokens 1,3,8,17" in card["command"] and "--attention-fit per-request" in card["command"]
     for p in card["points"]:
         assert p["min_ms"] <= p["median_ms"] <= p["max_ms"]
         assert p["requests"] == -(-p["tokens"] // 4)
-    verify = pd.read_csv(out / "verify.csv")
-    assert (verify["min_ms"] <= verify["step_ms"]).all() and (verify["step_ms"] <= verify["max_ms"]).all()
-    draft = pd.read_csv(out / "draft.csv")
-    assert draft["requests"].tolist() == [1, 2, 5]  # ceil(B / 4) over the token list
+    grid = pd.read_csv(out / "grid.csv")
+    assert list(grid.columns) == ["tokens", "context", "requests", "step_ms", "min_ms", "max_ms"]
+    assert len(grid) == 8 and (grid["min_ms"] <= grid["step_ms"]).all()
+    assert (grid["step_ms"] <= grid["max_ms"]).all()
+    assert "context" not in pd.read_csv(out / "verify.csv").columns
+    # The drafter: its table by positions 1..γ and request counts, described in the card.
+    assert card["default_drafter"] == "dspark-1"
+    d = card["drafters"]["dspark-1"]
+    assert (d["file"], d["kind"], d["num_layers"], d["gamma"], d["context"], d["kv_ms_per_token"]) == (
+        "draft-dspark-1.csv", "block", 1, 3, 16, 0)
+    table = prof.drafter()
+    assert table is not None and table.positions.tolist() == [1, 2, 3]
+    assert table.requests.tolist() == [1, 2, 5]
+    # The cost model: the dense/KV fit and the prefill fit over four prompt lengths.
+    cm = card["cost_model"]
+    assert cm["prefill_attention_ms_per_token_sq"] >= 0
+    assert [p["tokens"] for p in cm["prefill_fit"]["points"]] == [64, 128, 256, 512]
+    assert cm["kv_fit"]["attention_fit"] == "per-request" and cm["kv_fit"]["residual"]["points"] == 8
+    assert "memory" not in card and "unlimited" in card["memory_note"]
+
+
+def test_derived_tables_reproduce_the_measured_grid_within_the_fit_residual(tmp_path: Path) -> None:
+    # verify.csv and attention.csv replace the grid in the simulator; between them they must
+    # give back every measured step, up to the residual the card admits to.
+    out = tmp_path / "prof"
+    result = runner.invoke(app, [
+        "profile", "--model", str(tiny_config(tmp_path)), "--device", "cpu", "--dtype", "fp32",
+        "--tokens", "1,4,9,16", "--context", "8,64,200", "--replays", "2", "--warmup", "1",
+        "--no-draft", "--no-peaks", "--tokens-per-request", "4", "--out", str(out),
+    ])
+    assert result.exit_code == 0, result.output
+    card = yaml.safe_load((out / "card.yaml").read_text())
+    assert "drafters" not in card
+    worst = card["cost_model"]["kv_fit"]["residual"]["max_abs_ms"]
+    dense = pd.read_csv(out / "verify.csv").set_index("tokens")["step_ms"]
+    attn = pd.read_csv(out / "attention.csv")
+    top = attn["kv_tokens"].max()
+    slope = attn[attn["kv_tokens"] == top].set_index("requests")["attn_ms"] / top
+    grid = pd.read_csv(out / "grid.csv")
+    fit = grid["tokens"].map(dense) + grid["requests"].map(slope) * grid["requests"] * grid["context"]
+    gap = (fit - grid["step_ms"]).abs()
+    assert gap.max() <= worst * (1 + 1e-4) + 1e-6
+    assert gap.max() >= worst * (1 - 1e-4)  # the card's figure is the real worst point
+
+
+def fake_grid(tokens: list[int], contexts: list[int], tpr: int, slope_by_r: dict[int, float]
+              ) -> list[PointResult]:
+    """Points exactly dense(T) + s_R·R·C, dense(T) = 2 + 0.05·T: a closed-form grid."""
+    points = []
+    for c in contexts:
+        for t in tokens:
+            r = -(-t // tpr)
+            ms = 2.0 + 0.05 * t + slope_by_r[r] * r * c
+            points.append(PointResult(t, c, r, t, False, Timing((ms * 0.9, ms, ms * 1.2))))
+    return points
+
+
+def test_the_fit_recovers_a_grid_that_is_exactly_dense_plus_per_request_attention(
+    tmp_path: Path,
+) -> None:
+    # A grid built from known dense costs and per-R slopes must come back exactly, and the
+    # loaded profile must price every measured step as it was measured.
+    tokens, contexts = [1, 2, 3, 5, 9, 16], [16, 64, 256]
+    slopes = {1: 1e-3, 2: 2e-3, 3: 1.5e-3, 4: 1e-3}
+    cfg = SweepConfig(spec=TINY, device="cpu", dtype="fp32", tokens=tokens, contexts=contexts,
+                      tokens_per_request=4, drafter=None)
+    points = fake_grid(tokens, contexts, 4, slopes)
+    out = write_measured_profile(tmp_path / "p", cfg, points, [], "sparksim profile ...")
+    prof = load_profile(out)
+    assert prof.kv_model == "per-request"
+    np.testing.assert_allclose(prof.step_ms[0], 2.0 + 0.05 * np.array(tokens), rtol=1e-9)
+    for p in points:
+        priced = prof.verify_s_scalar(p.tokens) + prof.attention_s(p.requests, p.requests * p.context)
+        assert priced * 1e3 == pytest.approx(p.timing.median_ms if p.timing else 0.0, rel=1e-9)
+    fit = yaml.safe_load((out / "card.yaml").read_text())["cost_model"]["kv_fit"]
+    assert {s["requests"]: s["slope"] for s in fit["slopes_ms_per_kv_token"]} == slopes
+    assert fit["residual"]["max_abs_ms"] < 1e-9
+    assert [t["own_slope_ms_per_kv_token"] for t in fit["per_tokens"]] == [
+        slopes[-(-t // 4)] for t in tokens]
+
+
+def test_a_pooled_fit_writes_one_slope_and_says_so(tmp_path: Path) -> None:
+    # Pooled is the fallback when per-R slopes are noise; the card must say which was used.
+    tokens, contexts = [1, 5, 9], [16, 64]
+    cfg = SweepConfig(spec=TINY, device="cpu", dtype="fp32", tokens=tokens, contexts=contexts,
+                      tokens_per_request=4, drafter=None)
+    points = fake_grid(tokens, contexts, 4, {1: 1e-3, 2: 1e-3, 3: 1e-3})
+    out = write_measured_profile(tmp_path / "p", cfg, points, [], "sparksim profile ...",
+                                 attention_fit="pooled")
+    assert "requests" not in pd.read_csv(out / "attention.csv").columns
+    prof = load_profile(out)
+    assert prof.attention_s(7, 1000.0) == pytest.approx(1e-3, rel=1e-9)
+    card = yaml.safe_load((out / "card.yaml").read_text())
+    assert card["cost_model"]["kv_fit"]["attention_fit"] == "pooled"
+    assert card["files"]["attention.csv"] == "the fitted cost of reading K KV tokens"
+
+
+def test_a_single_context_is_refused_before_any_timing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One context cannot separate dense work from KV reads; say so in a second, not after a sweep.
+    import sparksim.profiling.sweep as sweep
+    from sparksim.errors import ConfigError
+    from sparksim.profiling.fit import split_dense_attention
+
+    def no_build(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the model was built before the single context was caught")
+
+    monkeypatch.setattr(sweep, "build_model", no_build)
+    result = runner.invoke(app, ["profile", "--model", str(tiny_config(tmp_path)), "--tokens", "8",
+                                 "--context", "16", "--out", str(tmp_path / "x")])
+    assert result.exit_code == 1, result.output
+    assert "at least 2" in said(result) and "--context 16" in said(result)
+    grid = pd.DataFrame({"tokens": [1, 2], "context": [16, 16], "requests": [1, 1],
+                         "step_ms": [1.0, 1.1]})
+    with pytest.raises(ConfigError, match="at least 2"):
+        split_dense_attention(grid)
+
+
+def test_draft_cost_grows_with_the_positions_drafted(tmp_path: Path) -> None:
+    # Policies that verify fewer drafts should also draft fewer; that only pays if the table
+    # shows a block of p positions costs less than the full block of γ.
+    cfg = SweepConfig(spec=TINY, device="cpu", dtype="fp32", tokens=[4, 16], contexts=[32, 64],
+                      replays=5, warmup=1, tokens_per_request=4,
+                      drafter=DrafterShape(num_layers=1, gamma=6), draft_context=32)
+    drafts = run_draft_sweep(cfg)
+    assert [(d.requests, d.positions) for d in drafts] == [(r, p) for r in (1, 4) for p in range(1, 7)]
+    ms = {(d.requests, d.positions): d.timing.median_ms for d in drafts if d.timing is not None}
+    for r in (1, 4):
+        assert ms[(r, 6)] > ms[(r, 1)], ms
+    assert ms[(4, 6)] > ms[(4, 3)] > ms[(4, 1)], ms
+    points = fake_grid([4, 16], [32, 64], 4, {1: 1e-3, 4: 1e-3})
+    out = write_measured_profile(tmp_path / "p", cfg, points, drafts, "sparksim profile ...")
+    table = load_profile(out).drafter("dspark-1")
+    assert table is not None and table.ms.shape == (6, 2)
+
+
+def test_prefill_fit_recovers_the_quadratic_term_and_clips_a_negative_one() -> None:
+    # The card's prefill coefficient prices long prompts; it must be the q² term, never < 0.
+    from sparksim.profiling.fit import fit_prefill, prefill_lengths
+
+    q = prefill_lengths(8192, 2048)
+    assert q == [256, 512, 1024, 2048] and prefill_lengths(512, 2048) == [64, 128, 256, 512]
+    fit = fit_prefill(q, [3.0 + 0.1 * x + 2e-6 * x**2 for x in q])
+    assert fit.c_ms_per_token_sq == pytest.approx(2e-6, rel=1e-6)
+    assert fit.coef_ms_per_token_sq == pytest.approx(2e-6, rel=1e-6)
+    assert max(abs(r) for r in fit.residuals_ms()) < 1e-9
+    concave = fit_prefill(q, [3.0 + 0.1 * x - 1e-6 * x**2 for x in q])
+    assert concave.c_ms_per_token_sq < 0 and concave.coef_ms_per_token_sq == 0.0
+    assert "clipped" in concave.summary()
+
+
+def test_memory_figures_count_shared_weights_once_and_size_the_kv_cache(tmp_path: Path) -> None:
+    # The simulator's KV capacity comes from these figures; a double-counted LM head or a
+    # wrong KV size per token moves every capacity-bound result.
+    from sparksim.profile import write_profile
+    from sparksim.profiling.memory import memory_section, weights_bytes
+
+    norms = (2 * TINY.num_layers + 1) * TINY.hidden  # RMSNorm scales, which ModelSpec.params skips
+    assert weights_bytes(TINY, None, 2) == 2 * (TINY.params + norms)
+    shape = DrafterShape(num_layers=1, gamma=3)
+    own = (TINY.layer_params + 2 * TINY.hidden + shape.target_layers * TINY.hidden ** 2
+           + 2 * TINY.hidden + TINY.vocab * shape.markov_rank * 2 + TINY.hidden + shape.markov_rank + 1)
+    assert weights_bytes(TINY, shape, 2) - weights_bytes(TINY, None, 2) == 2 * own
+    mem = memory_section(10**9, 10**8, TINY.kv_bytes_per_token * 2, 5 * 10**7, graphs=True)
+    card = {"source": "measured", "hardware": "x", "model": "tiny", "dtype": "bf16", "date": "d",
+            "command": "c", "memory": mem}
+    out = write_profile(tmp_path / "p", pd.DataFrame({"tokens": [1], "step_ms": [1.0]}), card)
+    assert load_profile(out).kv_capacity_tokens(0.9) == (9 * 10**8 - 10**8 - 5 * 10**7) // (
+        TINY.kv_bytes_per_token * 2)
 
 
 class FakeAsyncDevice:
@@ -244,7 +413,8 @@ def test_out_of_memory_at_one_size_marks_it_unavailable_and_the_sweep_goes_on(tm
                                          draft_context=8))
     out = write_measured_profile(tmp_path / "p", cfg, points, drafts, "sparksim profile ...")
     assert check_profile(out) == []
-    assert pd.read_csv(out / "verify.csv")["tokens"].unique().tolist() == [1, 4]
+    assert pd.read_csv(out / "verify.csv")["tokens"].tolist() == [1, 4]  # 9: one context only
+    assert len(pd.read_csv(out / "grid.csv")) == 5  # every measured point, 9 at context 8 too
     card = yaml.safe_load((out / "card.yaml").read_text())
     assert card["unavailable"] == [{"tokens": 9, "context": 32, "reason": points[-1].error}]
     assert card["left_out_of_verify_csv"]["tokens"] == [9]
@@ -258,45 +428,49 @@ def test_card_states_the_roofline_error_per_decade_of_batch(tmp_path: Path) -> N
     from sparksim.roofline import roofline_verify_ms
 
     cfg = SweepConfig(spec=TINY, device="cpu", dtype="bf16", tokens=[1, 5, 12, 150],
-                      contexts=[16], drafter=None)
+                      contexts=[16, 64], drafter=None)
     peaks = MeasuredPeaks(matmul_flops_per_s=1e11, copy_bytes_per_s=1e10, matmul_size=64,
                           copy_bytes=1 << 20)
     hw = HardwareSpec("x", peak_flops=1e11, mem_bytes_per_s=1e10, compute_eff=1.0, mem_eff=1.0,
                       step_overhead_ms=0.0)
     # Fake measurements exactly twice the roofline, except B = 12 at three times.
-    from sparksim.profiling.sweep import PointResult
     points = []
-    for t in cfg.tokens:
-        analytic = float(roofline_verify_ms(hw, TINY, t, 16, dtype_bytes=2, tokens_per_request=8))
-        factor = 3.0 if t == 12 else 2.0
-        points.append(PointResult(t, 16, -(-t // 8), t, False, Timing((analytic * factor,) * 3)))
+    for c in cfg.contexts:
+        for t in cfg.tokens:
+            analytic = float(roofline_verify_ms(hw, TINY, t, c, dtype_bytes=2, tokens_per_request=8))
+            factor = 3.0 if t == 12 else 2.0
+            points.append(PointResult(t, c, -(-t // 8), t, False, Timing((analytic * factor,) * 3)))
     out = write_measured_profile(tmp_path / "p", cfg, points, [], "sparksim profile ...", peaks=peaks)
     err = yaml.safe_load((out / "card.yaml").read_text())["analytic_error"]
     decades = {(d["tokens_from"], d["tokens_to"]): d for d in err["by_decade"]}
     assert set(decades) == {(1, 10), (10, 100), (100, 1000)}
-    assert decades[(1, 10)]["points"] == 2
+    assert decades[(1, 10)]["points"] == 4
     assert decades[(1, 10)]["median_ratio"] == pytest.approx(0.5, rel=1e-3)
     assert decades[(10, 100)]["median_abs_error"] == pytest.approx(2 / 3, rel=1e-3)
     assert err["hardware_spec"]["peak_flops"] == 1e11
 
 
-def test_verify_table_keeps_only_token_counts_measured_at_every_context() -> None:
-    # The profile format needs a full (context × tokens) grid.
-    from sparksim.profiling.sweep import PointResult
+def test_token_counts_measured_at_one_context_are_left_out_of_the_fit() -> None:
+    # A line over one context cannot separate dense from KV cost; such a T is dropped, named.
+    from sparksim.profiling.card import grid_table
+    from sparksim.profiling.fit import split_dense_attention
+
     t = Timing((1.0, 2.0, 3.0))
     pts = [PointResult(1, 8, 1, 1, False, t), PointResult(2, 8, 1, 2, False, t),
            PointResult(1, 64, 1, 1, False, t), PointResult(2, 64, 1, 2, False, None, "oom"),
            PointResult(1, 512, 1, 1, False, None, "oom"), PointResult(2, 512, 1, 2, False, None, "oom")]
-    df, dropped_tok, dropped_ctx = verify_table(pts)
-    assert dropped_ctx == [512] and dropped_tok == [2]
-    assert df[["context", "tokens"]].to_numpy().tolist() == [[8, 1], [64, 1]]
-    assert np.allclose(df["step_ms"], 2.0)
+    grid = grid_table(pts)
+    assert grid[["tokens", "context"]].to_numpy().tolist() == [[1, 8], [2, 8], [1, 64]]
+    split = split_dense_attention(grid)
+    assert split.left_out == [2]
+    assert split.verify_table()["tokens"].tolist() == [1]
+    assert np.allclose(split.verify_table()["step_ms"], 2.0)  # flat in context: all dense
 
 
 def test_rounds_pool_replays_and_a_point_failing_once_stays_unavailable() -> None:
     # Rounds spread a point's replays over the run; pooling must keep every sample and must
     # not hide an out-of-memory behind another round's success.
-    from sparksim.profiling.sweep import PointResult, merge_rounds
+    from sparksim.profiling.sweep import merge_rounds
     a = [PointResult(1, 8, 1, 1, False, Timing((1.0, 9.0))), PointResult(2, 8, 1, 2, False, Timing((2.0,)))]
     b = [PointResult(1, 8, 1, 1, False, Timing((3.0,))), PointResult(2, 8, 1, 2, False, None, "oom")]
     merged = merge_rounds([a, b])
@@ -346,12 +520,19 @@ def test_cuda_sweep_replays_captured_graphs_and_pads_to_the_next_size(tmp_path: 
     out = tmp_path / "prof"
     result = runner.invoke(app, [
         "profile", "--model", str(tiny_config(tmp_path)), "--device", "cuda", "--dtype", "bf16",
-        "--tokens", "1,5,8,40", "--context", "32", "--replays", "5", "--max-capture-size", "16",
-        "--draft-layers", "1", "--out", str(out),
+        "--tokens", "1,5,8,40", "--context", "16,32", "--replays", "5", "--max-capture-size", "16",
+        "--draft-layers", "1", "--gamma", "3", "--out", str(out),
     ])
     assert result.exit_code == 0, result.output
     assert check_profile(out) == []
+    assert load_profile(out).kv_model == "per-request"
     card = yaml.safe_load((out / "card.yaml").read_text())
+    mem = card["memory"]
+    assert mem["hbm_bytes"] == torch.cuda.get_device_properties(0).total_memory
+    assert mem["kv_bytes_per_token"] == TINY.kv_bytes_per_token * 2
+    assert 0 < mem["activation_reserve_bytes"] < mem["hbm_bytes"]
+    draft_graph = {(d["requests"], d["positions"]): d["graph"] for d in card["draft_points"]}
+    assert draft_graph[(1, 3)] is True and draft_graph[(10, 3)] is False  # 30 block tokens > 16
     assert card["graph_capture_sizes"] == [1, 2, 4, 8, 16]
     by_tokens = {p["tokens"]: p for p in card["points"]}
     assert by_tokens[5]["ran_as"] == 8 and by_tokens[5]["graph"] is True

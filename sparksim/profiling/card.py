@@ -1,8 +1,10 @@
-"""Turn sweep results into a profile folder: verify.csv, draft.csv and a card saying how.
+"""Turn sweep results into a profile folder, and write a card saying how each file was made.
 
-verify.csv must hold every context at the same token counts (the profile format's grid),
-so a token count that is unavailable at some context is left out of verify.csv; every
-measured point, and every unavailable one with its reason, stays in the card.
+The measured (tokens, context) grid goes to grid.csv as it was measured; verify.csv (dense
+cost by token count) and attention.csv (KV reads) are fitted from it (`fit`), the draft
+table holds the drafter's measured cost by request count and drafted positions, and the
+card's cost model holds the prefill attention coefficient fitted to prompt-only steps.
+Every measured point, and every unavailable one with its reason, stays in the card.
 """
 
 from __future__ import annotations
@@ -18,9 +20,26 @@ from typing import Any
 import pandas as pd
 import torch
 
+from sparksim.errors import SparksimError
 from sparksim.profile import write_profile
+from sparksim.profiling.fit import (
+    AttentionFit,
+    KvSplit,
+    PrefillFit,
+    fit_prefill,
+    split_dense_attention,
+)
+from sparksim.profiling.memory import CPU_MEMORY_NOTE, memory_section, weights_bytes
 from sparksim.profiling.peaks import MeasuredPeaks
-from sparksim.profiling.sweep import DTYPE_BYTES, DraftResult, PointResult, SweepConfig
+from sparksim.profiling.sweep import (
+    DTYPE_BYTES,
+    DraftResult,
+    PointResult,
+    PrefillResult,
+    SweepConfig,
+)
+
+GRID_COLUMNS = ["tokens", "context", "requests", "step_ms", "min_ms", "max_ms"]
 
 
 def device_info(device: str) -> dict[str, Any]:
@@ -64,38 +83,42 @@ def _nvidia_driver() -> str:
     return out.stdout.strip().splitlines()[0] if out.stdout.strip() else "unknown"
 
 
-def verify_table(points: list[PointResult]) -> tuple[pd.DataFrame, list[int], list[int]]:
-    """Return (verify.csv rows, token counts left out, contexts left out) from the sweep points.
+def grid_table(points: list[PointResult]) -> pd.DataFrame:
+    """Return grid.csv: every measured point (tokens, context, requests, step_ms, min_ms, max_ms)."""
+    rows = [{"tokens": p.tokens, "context": p.context, "requests": p.requests,
+             "step_ms": p.timing.median_ms, "min_ms": p.timing.min_ms, "max_ms": p.timing.max_ms}
+            for p in points if p.timing is not None]
+    df = pd.DataFrame(rows, columns=GRID_COLUMNS)
+    return df.sort_values(["context", "tokens"]).reset_index(drop=True)
 
-    A context with no measured point is left out first; then a token count unavailable at
-    any remaining context, because the format needs the same token counts at every context.
+
+def draft_table(drafts: list[DraftResult]) -> tuple[pd.DataFrame | None, list[int]]:
+    """Return (the draft table by positions and requests, request counts left out).
+
+    Every positions row needs the same request counts (the format's grid), so a request
+    count unavailable at some positions is left out of the table (the card keeps it).
     """
-    ok = [p for p in points if p.timing is not None]
-    contexts = sorted({p.context for p in points})
-    kept_ctx = sorted({p.context for p in ok})
-    dropped_ctx = [c for c in contexts if c not in kept_ctx]
-    tokens = sorted({p.tokens for p in points})
-    have = {(p.tokens, p.context) for p in ok}
-    kept_tok = [t for t in tokens if all((t, c) in have for c in kept_ctx)]
-    dropped_tok = [t for t in tokens if t not in kept_tok]
-    rows = [
-        {"context": p.context, "tokens": p.tokens, "step_ms": p.timing.median_ms,
-         "min_ms": p.timing.min_ms, "max_ms": p.timing.max_ms}
-        for p in ok if p.tokens in kept_tok and p.timing is not None
-    ]
-    df = pd.DataFrame(rows, columns=["context", "tokens", "step_ms", "min_ms", "max_ms"])
-    return df.sort_values(["context", "tokens"]).reset_index(drop=True), dropped_tok, dropped_ctx
+    ok = [d for d in drafts if d.timing is not None]
+    failed = sorted({d.requests for d in drafts if d.timing is None})
+    rows = [{"positions": d.positions, "requests": d.requests, "draft_ms": d.timing.median_ms,
+             "min_ms": d.timing.min_ms, "max_ms": d.timing.max_ms}
+            for d in ok if d.requests not in failed and d.timing is not None]
+    if not rows:
+        return None, failed
+    df = pd.DataFrame(rows).sort_values(["positions", "requests"]).reset_index(drop=True)
+    return df, failed
 
 
-def draft_table(drafts: list[DraftResult]) -> pd.DataFrame | None:
-    rows = [{"requests": d.requests, "draft_ms": d.timing.median_ms}
-            for d in drafts if d.timing is not None]
-    return pd.DataFrame(rows) if rows else None
+def drafter_name(cfg: SweepConfig) -> str:
+    """The drafter's name in the card and its table's file name: dspark-<layers>."""
+    assert cfg.drafter is not None
+    return f"dspark-{cfg.drafter.num_layers}"
 
 
 def build_card(
     cfg: SweepConfig, points: list[PointResult], drafts: list[DraftResult], command: str, *,
-    dropped_tokens: list[int], dropped_contexts: list[int],
+    split: KvSplit, prefill: PrefillFit | None, prefill_points: list[PrefillResult],
+    left_out_requests: list[int], memory: dict[str, Any] | None = None,
     peaks: MeasuredPeaks | None = None, analytic_error: Any = None, note: str = "", rounds: int = 1,
 ) -> dict[str, Any]:
     """Assemble card.yaml: how, where and on what the profile was measured, point by point."""
@@ -118,9 +141,20 @@ def build_card(
                   "folded into the query length and a causal mask; flattened variable-length "
                   "batch over a preallocated KV cache written in place)",
         "tokens_per_request": cfg.tokens_per_request,
-        "convention": "a row (tokens B, context C) times one verification step of "
-                      "R = ceil(B / tokens_per_request) requests, each with its share of the B new "
-                      "tokens appended after C cached tokens; LM head on all B tokens",
+        "convention": "grid.csv: a row (tokens T, context C) times one verification step of "
+                      "R = ceil(T / tokens_per_request) requests, each with its share of the T new "
+                      "tokens appended after C cached tokens (K = R*C KV tokens read); LM head on "
+                      "all T tokens",
+        "files": {
+            "grid.csv": "the measured grid, for reference (the simulator does not read it)",
+            "verify.csv": "dense(T): the intercept of each token count's line over contexts "
+                          "(cost_model.kv_fit)",
+            "attention.csv": "the fitted cost of reading K KV tokens" + (
+                ", by request count" if split.how == "per-request" else ""),
+            **({f"draft-{drafter_name(cfg)}.csv": "the drafter's measured cost by request count "
+                                                  "and drafted positions"}
+               if cfg.drafter is not None else {}),
+        },
         "graph_capture_sizes": list(cfg.capture_sizes) if cfg.graphs else [],
         "replays": cfg.replays,
         "warmup": cfg.warmup,
@@ -131,16 +165,33 @@ def build_card(
                  else "time.perf_counter",
         "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "command": command,
+        "cost_model": _cost_model(split, prefill, prefill_points),
     }
+    if memory is not None:
+        card["memory"] = memory
+    else:
+        card["memory_note"] = CPU_MEMORY_NOTE
     if cfg.drafter is not None:
-        card["drafter"] = {
-            "shape": "DSpark (DFlash backbone with KV injection, Markov head, confidence head)",
-            "layers": cfg.drafter.num_layers, "gamma": cfg.drafter.gamma,
-            "target_layers": cfg.drafter.target_layers, "markov_rank": cfg.drafter.markov_rank,
+        name = drafter_name(cfg)
+        card["drafters"] = {name: {
+            "file": f"draft-{name}.csv",
+            "kind": "block",
+            "num_layers": cfg.drafter.num_layers,
+            "gamma": cfg.drafter.gamma,
             "context": cfg.draft_context_used,
-            "unavailable": [{"requests": d.requests, "reason": d.error}
+            "kv_ms_per_token": 0,
+            "shape": "DSpark (DFlash backbone with KV injection, Markov head, confidence head)",
+            "target_layers": cfg.drafter.target_layers,
+            "markov_rank": cfg.drafter.markov_rank,
+            "source": f"measured: one drafting step per (requests R, positions p), a block of "
+                      f"anchor + p - 1 masks per request over a {cfg.draft_context_used}-token "
+                      "context; kv_ms_per_token 0 because reading that context is in the table "
+                      "(the simulator does not scale it with its requests' contexts)",
+            "unavailable": [{"requests": d.requests, "positions": d.positions, "reason": d.error}
                             for d in drafts if d.timing is None],
-        }
+            **({"left_out_requests": left_out_requests} if left_out_requests else {}),
+        }}
+        card["default_drafter"] = name
     card["points"] = [
         {"tokens": p.tokens, "context": p.context, "requests": p.requests,
          **({"ran_as": p.run_tokens} if p.run_tokens != p.tokens else {}),
@@ -150,17 +201,18 @@ def build_card(
         for p in points
     ]
     card["draft_points"] = [
-        {"requests": d.requests, "graph": d.graph,
+        {"requests": d.requests, "positions": d.positions, "graph": d.graph,
          **({"min_ms": _r(d.timing.min_ms), "median_ms": _r(d.timing.median_ms),
              "max_ms": _r(d.timing.max_ms)} if d.timing is not None else {"unavailable": d.error})}
         for d in drafts
     ]
-    unavailable = [{"tokens": p.tokens, "context": p.context, "reason": p.error}
-                   for p in points if p.timing is None]
-    card["unavailable"] = unavailable
-    if dropped_tokens or dropped_contexts:
-        card["left_out_of_verify_csv"] = {"tokens": dropped_tokens, "contexts": dropped_contexts,
-                                          "why": "unavailable at some context (see unavailable)"}
+    card["unavailable"] = [{"tokens": p.tokens, "context": p.context, "reason": p.error}
+                           for p in points if p.timing is None]
+    if split.left_out:
+        card["left_out_of_verify_csv"] = {
+            "tokens": split.left_out,
+            "why": "measured at fewer than 2 contexts (see unavailable), so dense and KV cost "
+                   "cannot be told apart there"}
     if peaks is not None:
         card["measured_peaks"] = {
             "matmul_tflops": _r(peaks.matmul_flops_per_s / 1e12),
@@ -174,22 +226,69 @@ def build_card(
     return card
 
 
+def _cost_model(split: KvSplit, prefill: PrefillFit | None,
+                prefill_points: list[PrefillResult]) -> dict[str, Any]:
+    """The card's cost model: how verify.csv and attention.csv were fitted, and prefill's c."""
+    cm: dict[str, Any] = {
+        "kind": "tokens+kv (sparksim.profile), fitted from the measured grid",
+        "prefill_attention_ms_per_token_sq": prefill.coef_ms_per_token_sq if prefill else 0.0,
+        "kv_fit": split.summary(),
+    }
+    if prefill is not None:
+        cm["prefill_fit"] = prefill.summary()
+    else:
+        cm["prefill_fit"] = {"not_fitted": "fewer than 3 prompt lengths were measured; the "
+                                           "coefficient is 0 (prefill attention unpriced)",
+                             "unavailable": [{"tokens": p.tokens, "reason": p.error}
+                                             for p in prefill_points if p.timing is None]}
+    return cm
+
+
 def write_measured_profile(
     out: Path, cfg: SweepConfig, points: list[PointResult], drafts: list[DraftResult],
-    command: str, *, peaks: MeasuredPeaks | None = None, note: str = "", rounds: int = 1,
+    command: str, *, prefill: list[PrefillResult] | None = None,
+    attention_fit: AttentionFit = "per-request", peaks: MeasuredPeaks | None = None,
+    note: str = "", rounds: int = 1,
 ) -> Path:
-    """Write the profile folder atomically (validated before it replaces `out`)."""
-    verify, dropped_tok, dropped_ctx = verify_table(points)
-    if verify.empty:
-        from sparksim.errors import SparksimError
-
+    """Fit the cost tables and write the profile folder atomically (validated before it lands)."""
+    grid = grid_table(points)
+    if grid.empty:
         reasons = sorted({p.error for p in points})
         raise SparksimError(f"no point of the sweep could be measured ({'; '.join(reasons)})")
+    split = split_dense_attention(grid, attention_fit)
+    measured_prefill = [p for p in prefill or [] if p.timing is not None]
+    pfit = fit_prefill([p.tokens for p in measured_prefill],
+                       [p.timing.median_ms for p in measured_prefill if p.timing is not None]
+                       ) if len(measured_prefill) >= 3 else None
+    draft, left_out_requests = draft_table(drafts)
     analytic = _analytic_error(cfg, points, peaks) if peaks is not None else None
-    card = build_card(cfg, points, drafts, command, dropped_tokens=dropped_tok,
-                      dropped_contexts=dropped_ctx, peaks=peaks, analytic_error=analytic, note=note,
-                      rounds=rounds)
-    return write_profile(out, verify, card, draft_table(drafts))
+    card = build_card(cfg, points, drafts, command, split=split, prefill=pfit,
+                      prefill_points=prefill or [], left_out_requests=left_out_requests,
+                      memory=_memory(cfg, points, drafts), peaks=peaks, analytic_error=analytic,
+                      note=note, rounds=rounds)
+    extra = {"attention.csv": split.attention_table(), "grid.csv": grid}
+    if draft is not None and cfg.drafter is not None:
+        extra[f"draft-{drafter_name(cfg)}.csv"] = draft
+    elif cfg.drafter is not None:  # every drafter point failed: no table, the card says why
+        card["drafter_not_written"] = card.pop("drafters")[drafter_name(cfg)]
+        card.pop("default_drafter")
+        card["files"].pop(f"draft-{drafter_name(cfg)}.csv")
+    return write_profile(out, split.verify_table(), card, extra=extra)
+
+
+def _memory(cfg: SweepConfig, points: list[PointResult], drafts: list[DraftResult]
+            ) -> dict[str, Any] | None:
+    """The card's memory figures on CUDA (None on CPU, which has no budget worth modelling)."""
+    if cfg.device != "cuda":
+        return None
+    dtype_bytes = DTYPE_BYTES[cfg.dtype]
+    return memory_section(
+        torch.cuda.get_device_properties(0).total_memory,
+        weights_bytes(cfg.spec, cfg.drafter, dtype_bytes),
+        cfg.spec.kv_bytes_per_token * dtype_bytes,
+        max([p.activation_bytes for p in points] + [d.activation_bytes for d in drafts]),
+        graphs=cfg.graphs,
+    )
 
 
 def _analytic_error(

@@ -2,11 +2,12 @@
 
 Shape as in DeepSpec's Qwen3DSparkModel: hidden states from m target layers are
 concatenated, projected (fc: m·d → d) and normed into context features whose keys and
-values every draft layer writes into its cache (KV injection); then a block of γ tokens
-(anchor + γ − 1 masks) runs bidirectionally through the draft layers over that cache,
-the LM head gives γ base logits per request, and a Markov head (rank-256 bigram) samples
-the block left to right with a confidence head beside it. The drafter always drafts the
-whole block, which is why its cost goes by request count, not token count.
+values every draft layer writes into its cache (KV injection); then a block of p tokens
+(anchor + p − 1 masks) runs bidirectionally through the draft layers over that cache,
+the LM head gives p base logits per request, and a Markov head (rank-256 bigram) samples
+the block left to right with a confidence head beside it. A drafter trained for a block
+of γ drafts p ≤ γ positions by running a block of p, so its cost goes by request count
+and drafted positions.
 """
 
 from __future__ import annotations
@@ -58,23 +59,24 @@ class DSparkDrafter(nn.Module):
         self, target_hidden: torch.Tensor, block_ids: torch.Tensor, ctx_layout: StepLayout,
         block_layout: StepLayout, cache: KVCache,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Draft one block per request; return (draft tokens (R, γ), confidences (R, γ)).
+        """Draft one block per request; return (draft tokens (R, p), confidences (R, p)).
 
         `target_hidden` (R·(1+γ), m·d) holds the verified step's target features, injected
-        at the positions `ctx_layout` names; `block_ids` (R·γ,) are the anchor and masks.
+        at the positions `ctx_layout` names; `block_ids` (R·p,) are the anchor and p − 1
+        masks of each request, p ≤ γ the positions drafted.
         """
-        R, gamma = block_layout.requests, self.shape.gamma
+        R, positions = block_layout.requests, block_layout.new_max  # p
         ctx = self.hidden_norm(self.fc(target_hidden))  # (R·(1+γ), d)
-        x = self.embed(block_ids)  # (R·γ, d)
+        x = self.embed(block_ids)  # (R·p, d)
         for i, layer in enumerate(self.layers):
             layer.attn.write_kv(ctx, ctx_layout, cache.k[i], cache.v[i])
             x = layer(x, block_layout, cache.k[i], cache.v[i])
-        h = self.norm(x)  # (R·γ, d)
-        base = self.lm_head(h).view(R, gamma, -1)  # (R, γ, V)
-        h = h.view(R, gamma, -1)
-        prev = block_ids.view(R, gamma)[:, 0]  # the anchor
+        h = self.norm(x)  # (R·p, d)
+        base = self.lm_head(h).view(R, positions, -1)  # (R, p, V)
+        h = h.view(R, positions, -1)
+        prev = block_ids.view(R, positions)[:, 0]  # the anchor
         drafts, confs = [], []
-        for k in range(gamma):  # the sequential stage: each draft conditions on the last
+        for k in range(positions):  # the sequential stage: each draft conditions on the last
             bias = self.markov_w2(self.markov_w1(prev))  # (R, V)
             conf = torch.sigmoid(self.conf_head(torch.cat((h[:, k], self.markov_w1(prev)), -1)))
             prev = (base[:, k] + bias).argmax(-1)  # (R,)

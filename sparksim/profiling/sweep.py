@@ -1,10 +1,11 @@
-"""The profiling sweep: time one verification step at every (tokens, context), and the drafter.
+"""The profiling sweep: time verification steps over (tokens, context), the drafter and prefill.
 
 For each context the sweep allocates one KV cache sized for the largest batch, then walks
 the token counts upward. On CUDA with graphs, a batch at or below the largest captured
 size runs the graph of the next captured size (captured once per size and context, as
 vLLM does); larger batches run eagerly. Out of memory at one size marks that size
-unavailable and the sweep goes on. The drafter is timed by request count at one context.
+unavailable and the sweep goes on. The drafter is timed by request count and drafted
+positions at one context; prompt-only steps of one request by prompt length, eagerly.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from sparksim.errors import ConfigError
 from sparksim.models import ModelSpec
 from sparksim.profiling import graphs as cuda_graphs
 from sparksim.profiling.draft_model import DrafterShape, build_drafter
+from sparksim.profiling.memory import PeakAbove
 from sparksim.profiling.model import KVCache, StepLayout, build_model, num_requests
 from sparksim.profiling.timing import Clock, CudaEventClock, HostClock, Timing, time_replays
 
@@ -63,15 +65,27 @@ class PointResult:
     graph: bool  # ran as a CUDA-graph replay
     timing: Timing | None  # None when unavailable
     error: str = ""  # why it is unavailable
+    activation_bytes: int = 0  # CUDA: peak memory the step allocated above weights, KV and inputs
 
 
 @dataclass
 class DraftResult:
-    """One measured (or unavailable) drafter point."""
+    """One measured (or unavailable) drafter point: R requests drafting p positions each."""
 
     requests: int
+    positions: int  # p: a block of anchor + p − 1 masks per request
     context: int
     graph: bool
+    timing: Timing | None
+    error: str = ""
+    activation_bytes: int = 0  # as PointResult's
+
+
+@dataclass
+class PrefillResult:
+    """One measured (or unavailable) prompt-only step of one request with `tokens` prompt tokens."""
+
+    tokens: int
     timing: Timing | None
     error: str = ""
 
@@ -191,7 +205,7 @@ def _sweep_context(
             raise
         _free(device)
     pool = torch.cuda.graph_pool_handle() if cfg.graphs else None
-    done: dict[tuple[int, bool], Timing | str] = {}  # (tokens run, graph) → timing or error
+    done: dict[tuple[int, bool], tuple[Timing, int] | str] = {}  # (tokens run, graph) → result
     out = []
     for tokens, (run, requests, graph) in zip(cfg.tokens, plan, strict=True):
         key = (run, graph)
@@ -211,12 +225,13 @@ def _sweep_context(
                 done[key] = ("out of memory: " + str(exc).splitlines()[0])[:200]
             finally:
                 step_cache = None  # free a per-point cache before the next one allocates
-            if not isinstance(done[key], Timing):
+            if isinstance(done[key], str):
                 _free(device)
         got = done[key]
-        timing = got if isinstance(got, Timing) else None
-        out.append(PointResult(tokens, context, requests, run, graph, timing,
-                               "" if isinstance(got, Timing) else got))
+        if isinstance(got, str):
+            out.append(PointResult(tokens, context, requests, run, graph, None, got))
+        else:
+            out.append(PointResult(tokens, context, requests, run, graph, got[0], "", got[1]))
         if progress is not None:
             progress(f"verify B={tokens} ctx={context}")
     return out
@@ -225,7 +240,8 @@ def _sweep_context(
 def _time_verify(
     model: torch.nn.Module, cache: KVCache, tokens: int, requests: int, context: int, graph: bool,
     pool: object, cfg: SweepConfig, clock: Clock, device: torch.device, dtype: torch.dtype,
-) -> Timing:
+) -> tuple[Timing, int]:
+    """Return the step's replay times and the memory it allocated above what was resident."""
     layout = StepLayout.build(tokens, requests, context, cfg.spec, device, dtype)
     gen = torch.Generator().manual_seed(cfg.seed + tokens)
     ids = torch.randint(0, cfg.spec.vocab, (tokens,), generator=gen).to(device)
@@ -233,14 +249,22 @@ def _time_verify(
     def step() -> object:
         return model(ids, layout, cache)
 
-    run: Callable[[], object] = cuda_graphs.capture(step, pool) if graph else step
-    return time_replays(run, clock, warmup=cfg.warmup, replays=cfg.replays)
+    with PeakAbove(device) as peak:
+        run: Callable[[], object] = cuda_graphs.capture(step, pool) if graph else step
+        timing = time_replays(run, clock, warmup=cfg.warmup, replays=cfg.replays)
+    return timing, peak.bytes
 
 
 def run_draft_sweep(
     cfg: SweepConfig, *, progress: Progress | None = None, fault: FaultHook | None = None
 ) -> list[DraftResult]:
-    """Time one DSpark drafting step (full block per request) at every request count of `cfg`."""
+    """Time one DSpark drafting step at every request count of `cfg` and positions 1..γ.
+
+    A step of R requests drafting p positions runs a block of R·p tokens; on CUDA it
+    replays a graph captured at exactly that shape while R·p is within the captured sizes
+    (an engine would pad R·p up to the next captured size; the table is not padded) and
+    runs eagerly past them.
+    """
     check_config(cfg)
     if cfg.drafter is None:
         return []
@@ -255,34 +279,36 @@ def run_draft_sweep(
         drafter = build_drafter(spec, shape, device, dtype, cfg.seed + 1)
         pool = torch.cuda.graph_pool_handle() if cfg.graphs else None
         for requests in cfg.draft_requests:
-            graph = cfg.graphs and cuda_graphs.padded_size(requests, cfg.capture_sizes) is not None
-            try:
-                if fault is not None:
-                    fault("draft", requests, context)
-                timing = _time_draft(drafter, requests, context, graph, pool, cfg, clock, device,
-                                     dtype)
-                out.append(DraftResult(requests, context, graph, timing))
-            except (RuntimeError, torch.OutOfMemoryError) as exc:
-                if not is_oom(exc):
-                    raise
-                out.append(DraftResult(requests, context, graph, None,
-                                       ("out of memory: " + str(exc).splitlines()[0])[:200]))
-                _free(device)
-            if progress is not None:
-                progress(f"draft R={requests}")
+            for positions in range(1, shape.gamma + 1):
+                graph = cfg.graphs and cuda_graphs.padded_size(
+                    requests * positions, cfg.capture_sizes) is not None
+                try:
+                    if fault is not None:
+                        fault("draft", requests, context)
+                    timing, act = _time_draft(drafter, requests, positions, context, graph, pool,
+                                              cfg, clock, device, dtype)
+                    out.append(DraftResult(requests, positions, context, graph, timing, "", act))
+                except (RuntimeError, torch.OutOfMemoryError) as exc:
+                    if not is_oom(exc):
+                        raise
+                    out.append(DraftResult(requests, positions, context, graph, None,
+                                           ("out of memory: " + str(exc).splitlines()[0])[:200]))
+                    _free(device)
+                if progress is not None:
+                    progress(f"draft R={requests} p={positions}")
         del drafter
     _free(device)
     return out
 
 
 def _time_draft(
-    drafter: torch.nn.Module, requests: int, context: int, graph: bool, pool: object,
-    cfg: SweepConfig, clock: Clock, device: torch.device, dtype: torch.dtype,
-) -> Timing:
-    """Time one drafting step of `requests` requests whose drafter cache holds `context` tokens.
+    drafter: torch.nn.Module, requests: int, positions: int, context: int, graph: bool,
+    pool: object, cfg: SweepConfig, clock: Clock, device: torch.device, dtype: torch.dtype,
+) -> tuple[Timing, int]:
+    """Time one drafting step of `requests` requests × `positions` whose cache holds `context` tokens.
 
     The verified step's 1 + γ target features per request are injected at the cache's last
-    1 + γ context positions; the block of γ tokens follows them.
+    1 + γ context positions; the block of `positions` tokens follows them.
     """
     spec = cfg.spec
     assert cfg.drafter is not None
@@ -292,16 +318,63 @@ def _time_draft(
                     spec.head_dim, device, dtype)
     ctx_layout = StepLayout.build(requests * chunk, requests, context - chunk, spec,
                                   device, dtype)
-    block_layout = StepLayout.build(requests * shape.gamma, requests, context, spec,
+    block_layout = StepLayout.build(requests * positions, requests, context, spec,
                                     device, dtype, bidirectional=True)
     hidden = torch.randn(requests * chunk, shape.target_layers * spec.hidden, device=device).to(dtype)
-    block_ids = torch.randint(0, spec.vocab, (requests * shape.gamma,)).to(device)
+    block_ids = torch.randint(0, spec.vocab, (requests * positions,)).to(device)
 
     def step() -> object:
         return drafter(hidden, block_ids, ctx_layout, block_layout, cache)
 
-    run: Callable[[], object] = cuda_graphs.capture(step, pool) if graph else step
-    return time_replays(run, clock, warmup=cfg.warmup, replays=cfg.replays)
+    with PeakAbove(device) as peak:
+        run: Callable[[], object] = cuda_graphs.capture(step, pool) if graph else step
+        timing = time_replays(run, clock, warmup=cfg.warmup, replays=cfg.replays)
+    return timing, peak.bytes
+
+
+def run_prefill_sweep(
+    cfg: SweepConfig, lengths: list[int], *, progress: Progress | None = None
+) -> list[PrefillResult]:
+    """Time a prompt-only step of one request at each prompt length, eagerly.
+
+    No cached context and a causal mask over the prompt: the step's attention grows as q²,
+    which the cost model's prefill coefficient is fitted to. Engines run prefill eagerly
+    (its shapes vary too much to capture), so no graphs.
+    """
+    check_config(cfg)
+    device = torch.device(cfg.device)
+    dtype = DTYPES[cfg.dtype]
+    clock = _clock(device)
+    spec = cfg.spec
+    out: list[PrefillResult] = []
+    with torch.inference_mode():
+        model = build_model(spec, device, dtype, cfg.seed)
+        for q in lengths:
+            try:
+                out.append(PrefillResult(q, _time_prefill(model, q, cfg, clock, device, dtype)))
+            except (RuntimeError, torch.OutOfMemoryError) as exc:
+                if not is_oom(exc):
+                    raise
+                out.append(PrefillResult(q, None, ("out of memory: " + str(exc).splitlines()[0])[:200]))
+                _free(device)
+            if progress is not None:
+                progress(f"prefill q={q}")
+        del model
+    _free(device)
+    return out
+
+
+def _time_prefill(
+    model: torch.nn.Module, prompt: int, cfg: SweepConfig, clock: Clock, device: torch.device,
+    dtype: torch.dtype,
+) -> Timing:
+    spec = cfg.spec
+    cache = KVCache(spec.num_layers, 1, spec.num_kv_heads, prompt, spec.head_dim, device, dtype)
+    layout = StepLayout.build(prompt, 1, 0, spec, device, dtype)
+    gen = torch.Generator().manual_seed(cfg.seed + prompt)
+    ids = torch.randint(0, spec.vocab, (prompt,), generator=gen).to(device)
+    return time_replays(lambda: model(ids, layout, cache), clock, warmup=cfg.warmup,
+                        replays=cfg.replays)
 
 
 def _pool(same: tuple[PointResult, ...] | tuple[DraftResult, ...]) -> tuple[Timing | None, str]:
@@ -323,7 +396,7 @@ def merge_rounds(rounds: list[list[PointResult]]) -> list[PointResult]:
         first = same[0]
         timing, error = _pool(same)
         merged.append(PointResult(first.tokens, first.context, first.requests, first.run_tokens,
-                                  first.graph, timing, error))
+                                  first.graph, timing, error, max(p.activation_bytes for p in same)))
     return merged
 
 
@@ -333,7 +406,8 @@ def merge_draft_rounds(rounds: list[list[DraftResult]]) -> list[DraftResult]:
     for same in zip(*rounds, strict=True):
         first = same[0]
         timing, error = _pool(same)
-        merged.append(DraftResult(first.requests, first.context, first.graph, timing, error))
+        merged.append(DraftResult(first.requests, first.positions, first.context, first.graph,
+                                  timing, error, max(d.activation_bytes for d in same)))
     return merged
 
 
