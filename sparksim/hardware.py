@@ -46,6 +46,9 @@ class HardwareSpec:
         return asdict(self)
 
 
+# Bytes per element of each dtype sparksim knows (weights, KV cache, activations).
+DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
+
 TERA = 1e12
 
 GPUS: dict[str, HardwareSpec] = {

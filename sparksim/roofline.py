@@ -24,6 +24,7 @@ import pandas as pd
 from numpy.typing import ArrayLike, NDArray
 
 from sparksim.errors import ConfigError
+from sparksim.hardware import DTYPE_BYTES as HW_DTYPE_BYTES
 from sparksim.hardware import FIELD_SOURCES, GPUS, HardwareSpec, get_gpu
 from sparksim.models import ModelSpec
 
@@ -55,7 +56,8 @@ __all__ = [
     "verify_flops",
 ]
 
-DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp8": 1}
+# the dtypes a tensor-core roofline prices (no FP32 peak in the presets)
+DTYPE_BYTES: dict[str, int] = {k: HW_DTYPE_BYTES[k] for k in ("bf16", "fp16", "fp8")}
 LOGIT_BYTES = 4  # engines upcast logits to float32 before sampling
 DEFAULT_CONTEXTS = (1024, 4096, 16384)
 

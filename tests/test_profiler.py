@@ -9,8 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from click.testing import Result
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from sparksim.cli import app
 from sparksim.models import ModelSpec

@@ -15,9 +15,10 @@ from typing import Any
 
 
 def default_capture_sizes(max_size: int = 512) -> list[int]:
-    """Return vLLM's default capture sizes up to `max_size`: 1, 2, 4, then steps of 8, then 16."""
-    sizes = [1, 2, 4, *range(8, 256, 8), *range(256, max_size + 1, 16)]
-    return [s for s in sizes if s <= max_size]
+    """Return vLLM's default capture sizes up to `max_size` (the roofline's rule, as a list)."""
+    from sparksim.roofline import default_capture_sizes as sizes
+
+    return list(sizes(max_size))
 
 
 def padded_size(tokens: int, capture_sizes: Sequence[int]) -> int | None:

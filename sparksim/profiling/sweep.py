@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import torch
 
 from sparksim.errors import ConfigError
+from sparksim.hardware import DTYPE_BYTES as HW_DTYPE_BYTES
 from sparksim.models import ModelSpec
 from sparksim.profiling import graphs as cuda_graphs
 from sparksim.profiling.draft_model import DrafterShape, build_drafter
@@ -24,7 +25,7 @@ from sparksim.profiling.model import KVCache, StepLayout, build_model, num_reque
 from sparksim.profiling.timing import Clock, CudaEventClock, HostClock, Timing, time_replays
 
 DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+DTYPE_BYTES = {k: HW_DTYPE_BYTES[k] for k in DTYPES}  # one size table: sparksim.hardware
 
 
 @dataclass
