@@ -55,7 +55,9 @@ class ClusterConfig(_Model):
     """Decode replicas, routing, capacity limits and the engine pipeline."""
 
     replicas: int = Field(1, gt=0)
-    gpus_per_replica: int = Field(1, gt=0)
+    gpus_per_replica: int | None = Field(
+        None, gt=0, description="GPUs per replica, for tput_per_gpu (None: the profile card's, else 1)"
+    )
     router: Literal["round-robin", "least-outstanding"] = "round-robin"
     max_concurrency: int = Field(256, gt=0, description="running requests per replica")
     kv_capacity_tokens: Annotated[int, Field(gt=0)] | Literal["auto", "unlimited"] = Field(

@@ -132,6 +132,7 @@ class Engine:
         self.draft_positions = policy.draft_positions
         self.drafter = scenario.policy.drafter
         self.per_request_kv = profile.kv_model != "legacy-grid"
+        self.attn_coef_s = profile.attention_compute_coef_ms / 1e3  # per (query, KV token)
         self.prefill_first = cl.prefill.schedule == "prefill-first"
         self.max_context_tokens = cl.max_context_tokens or (1 << 62)
         self.reserve = traces.gamma + 1 if self.drafts else 1  # KV slots a step may write
@@ -335,13 +336,16 @@ class Engine:
             irregular = self._irregular or m < n  # some gap is not one step long
             self._irregular = m < n
             fixed = m + prefill_tokens
-            decision_s = kv_s = 0.0
+            decision_s = kv_s = attn_mem_s = attn_token_s = 0.0
             batch: StepBatch | None = None
             kv_tokens = self.ctx_sum if m == n else int(st[CONTEXT, :m].sum())
             if self.per_request_kv:
-                kv_s = profile.attention_s(m, kv_tokens) if m > 0 else 0.0
+                attn_mem_s = profile.attention_s(m, kv_tokens) if m > 0 else 0.0
+                kv_s = attn_mem_s
                 for req, take in plan:
                     kv_s += profile.prefill_attention_s(take, req.context - req.prefill_left)
+                if m > 0 and self.attn_coef_s:  # FLOPs per decode token at these contexts
+                    attn_token_s = self.attn_coef_s * kv_tokens / m
             if m > 0:
                 rows = st[ROW, :m]
                 context_mean = kv_tokens / m
@@ -355,7 +359,8 @@ class Engine:
                         survival=self.t_surv.take(rows, axis=0),
                         fixed_tokens=fixed,
                         max_tokens=self.max_batch_tokens,
-                        cost=StepCost(profile, draft_s, context_mean, kv_s),
+                        cost=StepCost(profile, draft_s, context_mean, kv_s, attn_mem_s,
+                                      attn_token_s, prefill_tokens),
                         step_index=self.step_index,
                         accepted=self.t_acc.take(rows) if policy.reads_outcome else None,
                     )
@@ -380,6 +385,8 @@ class Engine:
                 verify_s = profile.prefill_dense_s(batch_tokens) + kv_s
             else:
                 verify_s = profile.verify_s_scalar(batch_tokens) + kv_s
+                if attn_token_s:  # compute-bound attention (MLA): max(KV read, FLOPs)
+                    verify_s += max(attn_token_s * (batch_tokens - prefill_tokens) - attn_mem_s, 0.0)
             step_s = draft_s + verify_s + decision_s
             yield env.timeout(step_s)
 

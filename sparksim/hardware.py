@@ -28,6 +28,8 @@ class HardwareSpec:
     step_overhead_ms: float = 0.5  # fixed cost per engine step outside the kernels (scheduling, sampling)
     launch_us: float = 10.0  # CPU cost of launching one kernel eagerly (outside a CUDA graph)
     kernels_per_layer: int = 12  # kernels one decoder layer launches when run eagerly
+    link_bytes_per_s: float = 0.0  # GPU-to-GPU bandwidth per GPU, one direction (NVLink)
+    collective_latency_us: float = 10.0  # fixed cost of one all-reduce or all-to-all
     source: str = ""  # where the peak figures come from
 
     def peak_for(self, dtype_bytes: int) -> float:
@@ -58,8 +60,10 @@ GPUS: dict[str, HardwareSpec] = {
         mem_bytes_per_s=3.35 * TERA,
         hbm_bytes=80e9,
         peak_flops_fp8=1978.9 * TERA,
+        link_bytes_per_s=450e9,
         source="NVIDIA H100 Tensor Core GPU datasheet (SXM column): BF16 1,979 TFLOPS and FP8 "
-        "3,958 TFLOPS with sparsity (dense = half), 80 GB HBM3 at 3.35 TB/s",
+        "3,958 TFLOPS with sparsity (dense = half), 80 GB HBM3 at 3.35 TB/s, NVLink 900 GB/s "
+        "(both directions; 450 GB/s each way)",
     ),
     "h200": HardwareSpec(
         name="NVIDIA H200 SXM 141GB",
@@ -67,8 +71,10 @@ GPUS: dict[str, HardwareSpec] = {
         mem_bytes_per_s=4.8 * TERA,
         hbm_bytes=141e9,
         peak_flops_fp8=1978.9 * TERA,
+        link_bytes_per_s=450e9,
         source="NVIDIA H200 Tensor Core GPU datasheet (SXM column): BF16 1,979 TFLOPS and FP8 "
-        "3,958 TFLOPS with sparsity (dense = half, same compute as H100), 141 GB HBM3e at 4.8 TB/s",
+        "3,958 TFLOPS with sparsity (dense = half, same compute as H100), 141 GB HBM3e at 4.8 TB/s, "
+        "NVLink 900 GB/s (both directions; 450 GB/s each way)",
     ),
     "a100": HardwareSpec(
         name="NVIDIA A100 SXM4 80GB",
@@ -76,8 +82,10 @@ GPUS: dict[str, HardwareSpec] = {
         mem_bytes_per_s=2.039 * TERA,
         hbm_bytes=80e9,
         peak_flops_fp8=None,
+        link_bytes_per_s=300e9,
         source="NVIDIA A100 Tensor Core GPU datasheet (80GB SXM column): BF16 312 TFLOPS dense "
-        "(624 with sparsity), 80 GB HBM2e at 2,039 GB/s; no FP8 tensor cores",
+        "(624 with sparsity), 80 GB HBM2e at 2,039 GB/s, NVLink 600 GB/s (both directions); "
+        "no FP8 tensor cores",
     ),
     "b200": HardwareSpec(
         name="NVIDIA B200 (HGX B200)",
@@ -85,8 +93,9 @@ GPUS: dict[str, HardwareSpec] = {
         mem_bytes_per_s=8.0 * TERA,
         hbm_bytes=180e9,
         peak_flops_fp8=4500 * TERA,
+        link_bytes_per_s=900e9,
         source="NVIDIA HGX B200 specification, per GPU: FP16/BF16 4.5 PFLOPS and FP8 9 PFLOPS "
-        "with sparsity (dense = half), HBM3e at 8 TB/s",
+        "with sparsity (dense = half), HBM3e at 8 TB/s, NVLink 5 1.8 TB/s (both directions)",
     ),
 }
 
@@ -102,6 +111,9 @@ FIELD_SOURCES: dict[str, str] = {
     "launch_us": "assumption: PyTorch eager dispatch plus kernel launch, per kernel",
     "kernels_per_layer": "assumption: a Qwen3/Llama decoder layer run eagerly (norms, QKV, q/k norm, "
     "RoPE, attention, O, residual-norm, gate-up, SiLU-mul, down)",
+    "link_bytes_per_s": "datasheet NVLink bandwidth per GPU, halved for one direction (see hardware_source)",
+    "collective_latency_us": "assumption: NCCL small-message all-reduce / all-to-all latency on one "
+    "NVLink node is about 5-20 us; 10 us taken",
 }
 
 

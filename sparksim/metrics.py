@@ -61,6 +61,7 @@ def summarize(
     census: dict[str, int],
     domains: list[str],
     extra: dict[str, Any] | None = None,
+    gpus_per_replica: int | None = None,
 ) -> dict[str, Any]:
     """Return the run's summary dict (what summary.json holds)."""
     w0, w1 = stats.window_start, stats.window_end
@@ -70,9 +71,10 @@ def summarize(
     e2el = (steady["finish_at"] - steady["arrival_at"]).to_numpy() * 1e3
     multi = steady[steady["output_tokens"] > 1]
     tpot = ((multi["finish_at"] - multi["first_token_at"]) / (multi["output_tokens"] - 1)).to_numpy() * 1e3
-    gpus = scenario.cluster.replicas * scenario.cluster.gpus_per_replica
+    per_replica = gpus_per_replica or scenario.cluster.gpus_per_replica or 1
+    gpus = scenario.cluster.replicas * per_replica
     pf = scenario.cluster.prefill
-    gpus_total = gpus + (pf.instances * scenario.cluster.gpus_per_replica
+    gpus_total = gpus + (pf.instances * per_replica
                          if pf.mode == "disaggregated" else 0)
     out_tput = stats.window_tokens / window_s
     finished_in_window = requests[(requests["finish_at"] >= w0) & (requests["finish_at"] <= w1)]

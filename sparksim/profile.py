@@ -166,6 +166,16 @@ class Profile:
         return float(cm.get("prefill_attention_ms_per_token_sq", 0.0)) if isinstance(cm, dict) else 0.0
 
     @functools.cached_property
+    def attention_compute_coef_ms(self) -> float:
+        """ms per (query token × KV token) of decode attention (the card's cost model; 0: none).
+
+        A step's attention costs max(the KV read, this × Σ queries × context); 0 keeps it
+        memory-bound, as GQA models are.
+        """
+        cm = self.card.get("cost_model") or {}
+        return float(cm.get("attention_ms_per_query_kv_token", 0.0)) if isinstance(cm, dict) else 0.0
+
+    @functools.cached_property
     def step_limit(self) -> float:
         """Largest batch that pads up in `step` mode: the largest CUDA-graph size if the card
         lists them (beyond it the engine runs eagerly and cost interpolates), else no limit."""

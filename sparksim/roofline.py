@@ -36,9 +36,12 @@ __all__ = [
     "MTP_1",
     "DrafterShape",
     "HardwareSpec",
+    "Parallelism",
     "activation_reserve_bytes",
     "analytic_profile",
+    "attention_compute_coef_ms",
     "attention_ms",
+    "collective_ms",
     "default_capture_sizes",
     "dense_bytes",
     "dense_verify_ms",
@@ -52,7 +55,6 @@ __all__ = [
     "prefill_attention_coef_ms",
     "roofline_draft_ms",
     "roofline_verify_ms",
-    "verify_bytes",
     "verify_flops",
 ]
 
@@ -109,63 +111,130 @@ def pad_to_capture(
 # --------------------------------------------------------------------------- target (verify)
 
 
+@dataclass(frozen=True)
+class Parallelism:
+    """How one replica spreads over its GPUs.
+
+    - `tp` (tensor parallel, vLLM's default): every weight matrix, attention head and (for
+      MoE) every expert is split over the G GPUs; two all-reduces of the tokens' hidden states
+      per layer. A GQA model with fewer KV heads than GPUs keeps copies of its KV heads; an
+      MLA model's single latent cannot be split, so its KV cache is on every GPU.
+    - `dp-ep` (data-parallel attention, expert parallel: DeepSeek's and SGLang/vLLM's large-EP
+      serving): each GPU runs attention and the dense layers for its share of the requests
+      with their weights replicated, and holds E/G experts; two all-to-alls (dispatch and
+      combine) per MoE layer.
+    """
+
+    gpus: int = 1
+    mode: str = "tp"  # tp | dp-ep
+
+    def check(self, model: ModelSpec) -> None:
+        """Raise ConfigError for a split the model cannot take (naming the field and value)."""
+        if self.gpus < 1:
+            raise ConfigError(f"gpus={self.gpus} must be >= 1")
+        if self.mode not in ("tp", "dp-ep"):
+            raise ConfigError(f"parallelism mode={self.mode!r} is not one of tp, dp-ep")
+        if self.mode == "tp" and model.num_heads % self.gpus:
+            raise ConfigError(f"tp over gpus={self.gpus} does not divide {model.name}'s "
+                              f"num_heads={model.num_heads}")
+        if self.mode == "dp-ep" and (not model.is_moe or model.num_experts % self.gpus):
+            raise ConfigError(f"dp-ep over gpus={self.gpus} needs an MoE model whose num_experts "
+                              f"divides by it ({model.name}: num_experts={model.num_experts})")
+
+    def kv_split(self, model: ModelSpec) -> int:
+        """GPUs the KV cache is divided over (the rest hold copies)."""
+        if self.mode == "dp-ep":
+            return self.gpus
+        if model.is_mla:
+            return 1
+        return min(self.gpus, model.num_kv_heads)
+
+
+SINGLE = Parallelism()
+
+
 def _layer_act_elems(model: ModelSpec) -> int:
     """Activation elements one layer reads and writes per token: each matmul's input and output."""
-    q_kv = (model.num_heads + 2 * model.num_kv_heads) * model.head_dim
-    qkv = model.hidden + q_kv
-    o = model.num_heads * model.head_dim + model.hidden
-    gate_up = model.hidden + 2 * model.intermediate
-    down = model.intermediate + model.hidden
-    return qkv + o + gate_up + down
+    if model.is_mla:
+        qk = model.qk_nope_head_dim + model.qk_rope_head_dim
+        attn = (model.hidden + (model.q_lora_rank or 0) * 2 + model.num_heads * qk
+                + model.hidden + model.kv_lora_rank + model.qk_rope_head_dim
+                + model.kv_lora_rank + model.num_heads * (model.qk_nope_head_dim + model.v_head_dim)
+                + model.num_heads * model.v_head_dim + model.hidden)
+    else:
+        q_kv = (model.num_heads + 2 * model.num_kv_heads) * model.head_dim
+        attn = model.hidden + q_kv + model.num_heads * model.head_dim + model.hidden
+    if model.is_moe:  # the token's own experts (the average layer, dense leading ones included)
+        width = (model.experts_per_token + model.num_shared_experts) * model.expert_intermediate
+        experts = model.experts_per_token + model.num_shared_experts
+        moe_mlp = experts * 2 * model.hidden + 3 * width
+        dense_mlp = 2 * model.hidden + 3 * model.intermediate
+        mlp = (model.moe_layers * moe_mlp + model.first_dense_layers * dense_mlp) // model.num_layers
+    else:
+        mlp = 2 * model.hidden + 3 * model.intermediate
+    return attn + mlp
 
 
 def _attention_flops_per_token_ctx(model: ModelSpec, num_layers: int) -> int:
-    """FLOPs per (query token × context token): QKᵀ and PV, 2 FLOPs per MAC each, every layer."""
-    return 4 * num_layers * model.num_heads * model.head_dim
+    """FLOPs per (query token × context token) over `num_layers` layers (see ModelSpec)."""
+    return model.attention_flops_per_pair * num_layers // model.num_layers
 
 
 def verify_flops(model: ModelSpec, tokens: ArrayLike, context: ArrayLike = 0) -> NDArray[np.float64]:
     """Return the FLOPs of a target step of `tokens` tokens, each attending to `context` tokens.
 
-    2 × matmul params × tokens (LM head included, since every verified position needs
-    logits) plus 4 × layers × heads × head_dim × tokens × context for attention.
+    2 × active params × tokens (every weight a token goes through, its routed and shared
+    experts and the LM head included) plus the attention FLOPs per (query, context) pair.
     """
     t = np.asarray(tokens, dtype=np.float64)
     c = np.asarray(context, dtype=np.float64)
-    attn = _attention_flops_per_token_ctx(model, model.num_layers)
-    return 2.0 * model.matmul_params * t + attn * t * c
+    return 2.0 * model.active_params * t + model.attention_flops_per_pair * t * c
 
 
-def dense_bytes(model: ModelSpec, tokens: ArrayLike, *, dtype_bytes: int = 2) -> NDArray[np.float64]:
-    """Return the HBM bytes a step's dense work moves: weights, the new tokens' KV, activations.
+def dense_bytes(model: ModelSpec, tokens: ArrayLike, *, dtype_bytes: int = 2,
+                parallel: Parallelism = SINGLE) -> NDArray[np.float64]:
+    """Return the HBM bytes one GPU moves for a step's dense work: weights, new KV, activations.
 
-    The input embedding is a gather of `tokens` rows, not a read of the table, so weights
-    count `matmul_params`. Reading the running requests' KV cache is `attention_ms`'s.
+    Weights are those the step reads (an MoE step reads only the experts its tokens touch),
+    divided as `parallel` divides them. The input embedding is a gather of `tokens` rows, not
+    a read of the table. Reading the running requests' KV cache is `attention_ms`'s.
     """
     t = np.asarray(tokens, dtype=np.float64)
-    kv_elems = model.kv_bytes_per_token  # elements per token of context, all layers
+    g = parallel.gpus
+    read = model.weights_read(t)
+    if parallel.mode == "dp-ep":  # all but the routed experts are on every GPU
+        routed = model.moe_layers * model.experts_touched(t) * model.expert_params
+        weights = (read - routed) + routed / g
+    else:
+        weights = read / g
+    kv_elems = model.kv_bytes_per_token * g / parallel.kv_split(model)  # copies kept, all GPUs
     acts = t * (
         dtype_bytes * (model.num_layers * _layer_act_elems(model) + model.hidden)
         + LOGIT_BYTES * model.vocab
     )
-    return dtype_bytes * model.matmul_params + t * kv_elems * dtype_bytes + acts
+    return dtype_bytes * weights + (t * kv_elems * dtype_bytes + acts) / g
 
 
-def verify_bytes(
-    model: ModelSpec,
-    tokens: ArrayLike,
-    context: ArrayLike,
-    *,
-    dtype_bytes: int = 2,
-    tokens_per_request: int = 8,
-) -> NDArray[np.float64]:
-    """Return the HBM bytes of a step of `tokens` tokens from ceil(tokens / tokens_per_request)
-    requests, each reading `context` tokens of KV (the profiler's measuring convention)."""
-    if tokens_per_request < 1:
-        raise ConfigError(f"tokens_per_request={tokens_per_request} must be >= 1")
+def collective_ms(hw: HardwareSpec, model: ModelSpec, tokens: ArrayLike, *, dtype_bytes: int = 2,
+                  parallel: Parallelism = SINGLE) -> NDArray[np.float64]:
+    """Return the time of a step's collectives over the replica's GPUs (0 on one GPU).
+
+    tp: two ring all-reduces per layer of the tokens' hidden states, each
+    latency + 2(G−1)/G · T · hidden · s / link bandwidth. dp-ep: two all-to-alls per MoE layer
+    (dispatch, combine), each GPU sending its T/G tokens' hidden states to their k experts,
+    latency + (T/G) · k · hidden · s · (G−1)/G / link bandwidth.
+    """
     t = np.asarray(tokens, dtype=np.float64)
-    kv = np.ceil(t / tokens_per_request) * np.asarray(context, np.float64)
-    return dense_bytes(model, t, dtype_bytes=dtype_bytes) + kv * model.kv_bytes_per_token * dtype_bytes
+    g = parallel.gpus
+    if g == 1:
+        return np.zeros_like(t)
+    lat_ms = hw.collective_latency_us / 1e3
+    per_byte_ms = 1e3 / hw.link_bytes_per_s
+    if parallel.mode == "tp":
+        one = lat_ms + 2 * (g - 1) / g * t * model.hidden * dtype_bytes * per_byte_ms
+        return 2 * model.num_layers * one
+    one = lat_ms + (t / g) * model.experts_per_token * model.hidden * dtype_bytes * (g - 1) / g * per_byte_ms
+    return 2 * model.moe_layers * one
 
 
 def _roofline_ms(
@@ -177,40 +246,56 @@ def _roofline_ms(
 
 
 def dense_verify_ms(
-    hw: HardwareSpec, model: ModelSpec, tokens: ArrayLike, *, dtype_bytes: int = 2
+    hw: HardwareSpec, model: ModelSpec, tokens: ArrayLike, *, dtype_bytes: int = 2,
+    parallel: Parallelism = SINGLE,
 ) -> NDArray[np.float64]:
     """Return the roofline time in ms of a step's dense work at `tokens` tokens, no graphs.
 
-    max(bytes / (bandwidth × mem_eff), FLOPs / (peak × compute_eff)) + hw.step_overhead_ms
-    over the weights, the new tokens' KV writes and the activations: the GEMMs, norms and
-    LM head, which run whatever the batch's contexts are.
+    max(bytes / (bandwidth × mem_eff), FLOPs / (peak × compute_eff)) per GPU over the weights
+    read, the new tokens' KV writes and the activations (the GEMMs, norms and LM head, which
+    run whatever the batch's contexts are), plus the step's collectives and hw.step_overhead_ms.
     """
-    b = dense_bytes(model, tokens, dtype_bytes=dtype_bytes)
-    f = verify_flops(model, tokens)
-    return _roofline_ms(hw, b, f, dtype_bytes) + hw.step_overhead_ms
+    b = dense_bytes(model, tokens, dtype_bytes=dtype_bytes, parallel=parallel)
+    f = verify_flops(model, tokens) / parallel.gpus
+    return (_roofline_ms(hw, b, f, dtype_bytes) + hw.step_overhead_ms
+            + collective_ms(hw, model, tokens, dtype_bytes=dtype_bytes, parallel=parallel))
 
 
 def attention_ms(
-    hw: HardwareSpec, model: ModelSpec, kv_tokens: ArrayLike, *, dtype_bytes: int = 2
+    hw: HardwareSpec, model: ModelSpec, kv_tokens: ArrayLike, *, dtype_bytes: int = 2,
+    parallel: Parallelism = SINGLE,
 ) -> NDArray[np.float64]:
     """Return the time in ms to read `kv_tokens` tokens of KV cache (all layers), at mem_eff.
 
-    Decode and verify attention are memory-bound: a request verifying 1 + ℓ tokens does
-    (1 + ℓ) × heads / kv_heads FLOPs per KV byte (≤ 32 for Qwen3-8B at ℓ = 7), far below
-    the ridge (~300 on an H100), so the KV read sets the time and the request count does not.
+    The cache is divided over `parallel.kv_split` GPUs (the others hold copies). GQA decode
+    and verify attention stay memory-bound: a request verifying 1 + ℓ tokens does (1 + ℓ) ×
+    heads / kv_heads FLOPs per KV byte (≤ 32 for Qwen3-8B at ℓ = 7), far below the ridge;
+    MLA's absorbed attention is not, and `attention_compute_coef_ms` prices its FLOPs.
     """
     kv = np.asarray(kv_tokens, dtype=np.float64)
-    return kv * model.kv_bytes_per_token * dtype_bytes / (hw.mem_bytes_per_s * hw.mem_eff) * 1e3
+    per_gpu = kv / parallel.kv_split(model)
+    return per_gpu * model.kv_bytes_per_token * dtype_bytes / (hw.mem_bytes_per_s * hw.mem_eff) * 1e3
 
 
-def prefill_attention_coef_ms(hw: HardwareSpec, model: ModelSpec, *, dtype_bytes: int = 2) -> float:
+def attention_compute_coef_ms(hw: HardwareSpec, model: ModelSpec, *, dtype_bytes: int = 2,
+                              parallel: Parallelism = SINGLE) -> float:
+    """Return ms per (query token × KV token) pair of decode/verify attention on the replica.
+
+    The engine prices a step's attention as max(KV read, this × Σ queries × context).
+    """
+    return model.attention_flops_per_pair / parallel.gpus / (
+        hw.peak_for(dtype_bytes) * hw.compute_eff) * 1e3
+
+
+def prefill_attention_coef_ms(hw: HardwareSpec, model: ModelSpec, *, dtype_bytes: int = 2,
+                              parallel: Parallelism = SINGLE) -> float:
     """Return ms per token² of causal prefill attention: a chunk of q after p costs coef·((p+q)²−p²).
 
-    QKᵀ and PV over the causal pairs, q·p + q²/2 of them, at 4 × layers × heads × head_dim
-    FLOPs each, compute-bound at compute_eff (FlashAttention on long prompts).
+    QKᵀ and PV over the causal pairs, q·p + q²/2 of them, at the model's attention FLOPs per
+    pair, compute-bound at compute_eff (FlashAttention on long prompts), split over the GPUs.
     """
-    flops_per_pair = _attention_flops_per_token_ctx(model, model.num_layers)
-    return flops_per_pair / 2.0 / (hw.peak_for(dtype_bytes) * hw.compute_eff) * 1e3
+    return model.attention_flops_per_pair / 2.0 / parallel.gpus / (
+        hw.peak_for(dtype_bytes) * hw.compute_eff) * 1e3
 
 
 def roofline_verify_ms(
@@ -221,6 +306,7 @@ def roofline_verify_ms(
     *,
     dtype_bytes: int = 2,
     tokens_per_request: int = 8,
+    parallel: Parallelism = SINGLE,
 ) -> NDArray[np.float64]:
     """Return the roofline time in ms of a whole target step at each (`tokens`, `context`), no graphs.
 
@@ -232,8 +318,8 @@ def roofline_verify_ms(
         raise ConfigError(f"tokens_per_request={tokens_per_request} must be >= 1")
     t = np.asarray(tokens, dtype=np.float64)
     kv = np.ceil(t / tokens_per_request) * np.asarray(context, np.float64)
-    return dense_verify_ms(hw, model, t, dtype_bytes=dtype_bytes) + attention_ms(
-        hw, model, kv, dtype_bytes=dtype_bytes)
+    return dense_verify_ms(hw, model, t, dtype_bytes=dtype_bytes, parallel=parallel) + attention_ms(
+        hw, model, kv, dtype_bytes=dtype_bytes, parallel=parallel)
 
 
 def graph_verify_ms(
@@ -245,6 +331,7 @@ def graph_verify_ms(
     capture_sizes: Sequence[int],
     dtype_bytes: int = 2,
     tokens_per_request: int = 8,
+    parallel: Parallelism = SINGLE,
 ) -> NDArray[np.float64]:
     """Return the target step time in ms as a CUDA-graph engine runs it: staircase, then cliff.
 
@@ -254,7 +341,7 @@ def graph_verify_ms(
     """
     padded, eager = pad_to_capture(tokens, capture_sizes)
     base = roofline_verify_ms(hw, model, padded, context, dtype_bytes=dtype_bytes,
-                              tokens_per_request=tokens_per_request)
+                              tokens_per_request=tokens_per_request, parallel=parallel)
     return base + np.where(eager, hw.eager_overhead_ms(model.num_layers), 0.0)
 
 
@@ -284,6 +371,8 @@ class DrafterShape:
     markov_rank: int = 256  # block only: low-rank bigram W1[x]·W2 (0: no Markov head)
     injected_tokens_per_request: int = 8  # block: verified positions whose features enter the KV cache
     draft_vocab: int | None = None  # its LM head's rows (None: the target's vocabulary, shared)
+    moe: bool = False  # its layers are copies of the target's MoE layer (else dense layers)
+    window: int = 0  # sliding-window attention over this many tokens (0: the whole context)
 
     def __post_init__(self) -> None:
         if self.kind not in ("block", "mtp", "autoregressive"):
@@ -297,6 +386,22 @@ MTP_1 = DrafterShape(name="mtp-1", kind="mtp", num_layers=1, gamma=7, num_target
 EAGLE3 = DrafterShape(name="eagle3", kind="autoregressive", num_layers=1, gamma=7,
                       num_target_features=3, markov_rank=0, injected_tokens_per_request=0,
                       draft_vocab=32000)
+# For MoE targets (DeepSeek-V3): the model's own MTP module is one of its MoE layers, and
+# the paper's production DSpark-5 is three MoE layers with a 128-token sliding window, block 5
+MTP_1_MOE = DrafterShape(name="mtp-1", kind="mtp", num_layers=1, gamma=5, num_target_features=2,
+                         markov_rank=0, injected_tokens_per_request=0, moe=True)
+DSPARK_5_MOE = DrafterShape(name="dspark-5", kind="block", num_layers=3, gamma=5,
+                            num_target_features=3, markov_rank=256, injected_tokens_per_request=6,
+                            moe=True, window=128)
+
+
+def drafter_presets(model: ModelSpec) -> dict[str, DrafterShape]:
+    """The named drafters for `model`: MoE-layer shapes for an MoE target with MTP modules."""
+    if model.is_moe and model.num_mtp_layers:
+        return {"dspark-5": DSPARK_5_MOE, "mtp-1": MTP_1_MOE}
+    return {"dspark-5": DSPARK_5, "mtp-1": MTP_1, "eagle3": EAGLE3}
+
+
 DRAFTER_SOURCES = {
     "dspark-5": "DSpark in DeepSpec (deepseek-ai/DeepSpec): 5 target-width Qwen3 layers, block 7, "
                 "5 injected target layers, Markov rank 256, a frozen copy of the target's LM head",
@@ -305,6 +410,11 @@ DRAFTER_SOURCES = {
              "position past the first (the module is reused)",
     "eagle3": "EAGLE-3 (arXiv 2503.01840): one decoder layer over fused low/mid/high target "
               "features (3h→h), a 32k-token draft vocabulary (its released Llama/Qwen heads)",
+    "dspark-5-moe": "DSpark's production drafter (DSpark paper §5.1: three MoE layers with mHC and "
+                    "a 128-token sliding window, block at most 5), here three of the target's MoE "
+                    "layers; 3 fused target features and 6 injected positions are assumptions",
+    "mtp-1-moe": "the target's own MTP module (DeepSeek-V3 config num_nextn_predict_layers 1; "
+                 "arXiv 2412.19437 §2.2): one MoE layer, a 2h→h projection, the shared LM head",
 }
 
 
@@ -314,6 +424,28 @@ def _fc_params(model: ModelSpec, d: DrafterShape) -> int:
 
 def _head_params(model: ModelSpec, d: DrafterShape) -> int:
     return (d.draft_vocab or model.vocab) * model.hidden
+
+
+def _drafter_layer_read(model: ModelSpec, d: DrafterShape, tokens: ArrayLike) -> NDArray[np.float64]:
+    """Weights (elements) the drafter's layers read for `tokens` tokens through them."""
+    t = np.asarray(tokens, dtype=np.float64)
+    if not d.moe:
+        return np.full(t.shape, float(d.num_layers * model.layer_params))
+    fixed = model.attn_params + model.hidden * model.num_experts + model.num_shared_experts * model.expert_params
+    return d.num_layers * (fixed + model.experts_touched(t) * model.expert_params)
+
+
+def _drafter_layer_active(model: ModelSpec, d: DrafterShape) -> int:
+    """Weights (elements) one token goes through in the drafter's layers."""
+    if not d.moe:
+        return d.num_layers * model.layer_params
+    return d.num_layers * (model.attn_params + model.hidden * model.num_experts + (
+        model.experts_per_token + model.num_shared_experts) * model.expert_params)
+
+
+def _drafter_kv_elems(model: ModelSpec, d: DrafterShape) -> float:
+    """KV elements per context token the drafter keeps (its layers are the target's kind)."""
+    return model.kv_bytes_per_token * d.num_layers / model.num_layers
 
 
 def draft_flops(
@@ -327,15 +459,16 @@ def draft_flops(
     p = np.asarray(d.gamma if positions is None else positions, dtype=np.float64)
     attn = _attention_flops_per_token_ctx(model, d.num_layers)
     vocab = d.draft_vocab or model.vocab
+    layers = _drafter_layer_active(model, d)
     if d.kind != "block":  # one pass of r tokens per position, each attending to the context
-        per_pass = (2.0 * (d.num_layers * model.layer_params + _fc_params(model, d)
-                           + _head_params(model, d)) * r + attn * r * c)
+        per_pass = (2.0 * (layers + _fc_params(model, d) + _head_params(model, d)) * r
+                    + attn * r * c)
         return p * per_pass
     block = r * p  # tokens through the backbone
     injected = r * d.injected_tokens_per_request
-    kv_proj = model.hidden * 2 * model.num_kv_heads * model.head_dim
+    kv_proj = model.hidden * _drafter_kv_elems(model, d) / max(d.num_layers, 1)
     return (
-        2.0 * d.num_layers * model.layer_params * block
+        2.0 * layers * block
         + 2.0 * (_fc_params(model, d) + d.num_layers * kv_proj) * injected
         + attn * block * (c + p)  # the block attends to the context and to itself
         + 2.0 * (vocab * model.hidden + d.markov_rank * vocab) * block
@@ -356,23 +489,35 @@ def draft_bytes(
     r = np.asarray(requests, dtype=np.float64)
     c = np.asarray(context, dtype=np.float64)
     p = np.asarray(d.gamma if positions is None else positions, dtype=np.float64)
-    kv_elems = 2 * d.num_layers * model.num_kv_heads * model.head_dim
+    kv_elems = _drafter_kv_elems(model, d)
     vocab = d.draft_vocab or model.vocab
     act_per_token = (dtype_bytes * (d.num_layers * _layer_act_elems(model) + model.hidden)
                      + LOGIT_BYTES * vocab)
-    weights = dtype_bytes * (d.num_layers * model.layer_params + _fc_params(model, d)
-                             + _head_params(model, d))
     if d.kind != "block":  # every pass reads the weights and the context's KV again
+        weights = dtype_bytes * (_drafter_layer_read(model, d, r) + _fc_params(model, d)
+                                 + _head_params(model, d))
         per_pass = weights + r * c * kv_elems * dtype_bytes + r * (
             act_per_token + kv_elems * dtype_bytes)
         return p * per_pass
     block = r * p
+    weights = dtype_bytes * (_drafter_layer_read(model, d, block) + _fc_params(model, d)
+                             + _head_params(model, d))
     injected = r * d.injected_tokens_per_request
     markov = p * dtype_bytes * d.markov_rank * vocab  # the sequential loop reads W2 per position
     kv_read = r * (c + p) * kv_elems * dtype_bytes
     kv_write = (injected + block) * kv_elems * dtype_bytes
     acts = block * act_per_token + injected * dtype_bytes * (d.num_target_features + 1) * model.hidden
     return weights + markov + kv_read + kv_write + acts
+
+
+def _drafter_collective_ms(hw: HardwareSpec, model: ModelSpec, d: DrafterShape, tokens: ArrayLike,
+                           dtype_bytes: int, parallel: Parallelism) -> NDArray[np.float64]:
+    """The collectives of one drafter pass over `tokens` tokens: the target's, per drafter layer."""
+    full = collective_ms(hw, model, tokens, dtype_bytes=dtype_bytes, parallel=parallel)
+    per = model.num_layers if parallel.mode == "tp" else max(model.moe_layers, 1)
+    if parallel.mode == "dp-ep" and not d.moe:
+        return np.zeros_like(full)
+    return full * d.num_layers / per
 
 
 def roofline_draft_ms(
@@ -384,34 +529,42 @@ def roofline_draft_ms(
     positions: ArrayLike | None = None,
     context: ArrayLike = 4096,
     dtype_bytes: int = 2,
+    parallel: Parallelism = SINGLE,
 ) -> NDArray[np.float64]:
     """Return the roofline time in ms of one drafting step for each count in `requests`, no graphs.
 
     `positions` (default: the drafter's full block) broadcasts against `requests`. Pass-based
     drafters (mtp, autoregressive) pay one roofline per pass; a block drafter one for the block.
-    It runs inside the engine step, so no step overhead is added.
+    Its bytes and FLOPs are split over the replica's GPUs like the target's, with the same
+    collectives per layer. It runs inside the engine step, so no step overhead is added.
     """
     d = drafter or DrafterShape()
+    g = parallel.gpus
     p = np.asarray(d.gamma if positions is None else positions, dtype=np.float64)
+    r = np.asarray(requests, dtype=np.float64)
     if d.kind != "block":
-        one = _roofline_ms(hw, draft_bytes(model, d, requests, context, positions=1,
-                                           dtype_bytes=dtype_bytes),
-                           draft_flops(model, d, requests, context, positions=1), dtype_bytes)
-        return p * one
-    b = draft_bytes(model, d, requests, context, positions=p, dtype_bytes=dtype_bytes)
-    f = draft_flops(model, d, requests, context, positions=p)
-    return _roofline_ms(hw, b, f, dtype_bytes)
+        one = _roofline_ms(hw, draft_bytes(model, d, r, context, positions=1,
+                                           dtype_bytes=dtype_bytes) / g,
+                           draft_flops(model, d, r, context, positions=1) / g, dtype_bytes)
+        return p * (one + _drafter_collective_ms(hw, model, d, r, dtype_bytes, parallel))
+    b = draft_bytes(model, d, r, context, positions=p, dtype_bytes=dtype_bytes) / g
+    f = draft_flops(model, d, r, context, positions=p) / g
+    return _roofline_ms(hw, b, f, dtype_bytes) + _drafter_collective_ms(
+        hw, model, d, r * p, dtype_bytes, parallel)
 
 
 def draft_kv_ms_per_token(hw: HardwareSpec, model: ModelSpec, drafter: DrafterShape, *,
-                          dtype_bytes: int = 2) -> float:
+                          dtype_bytes: int = 2, parallel: Parallelism = SINGLE) -> float:
     """Return ms per context token for one read of the drafter's own KV cache (all its layers).
 
     The engine adds this × the batch's KV tokens (per pass for pass-based drafters) to the
-    draft table, which is tabulated at `draft_context` = 0 by default.
+    draft table, which is tabulated at `draft_context` = 0 by default. A drafter with a
+    sliding window (`window`) reads a bounded cache, priced in its table instead: 0 here.
     """
-    kv_elems = 2 * drafter.num_layers * model.num_kv_heads * model.head_dim
-    return kv_elems * dtype_bytes / (hw.mem_bytes_per_s * hw.mem_eff) * 1e3
+    if drafter.window:
+        return 0.0
+    kv = _drafter_kv_elems(model, drafter) / parallel.kv_split(model)
+    return kv * dtype_bytes / (hw.mem_bytes_per_s * hw.mem_eff) * 1e3
 
 
 def graph_draft_ms(
@@ -424,6 +577,7 @@ def graph_draft_ms(
     positions: ArrayLike | None = None,
     context: ArrayLike = 4096,
     dtype_bytes: int = 2,
+    parallel: Parallelism = SINGLE,
 ) -> NDArray[np.float64]:
     """Return the drafting time in ms with CUDA graphs, keyed, as the target's, by token count.
 
@@ -432,14 +586,16 @@ def graph_draft_ms(
     d = drafter or DrafterShape()
     r = np.asarray(requests, dtype=np.float64)
     p = np.asarray(d.gamma if positions is None else positions, dtype=np.float64)
+    if d.window:  # a sliding-window drafter attends to at most `window` tokens
+        context = np.minimum(np.asarray(context, np.float64), d.window)
     if d.kind != "block":
         padded, eager = pad_to_capture(r, capture_sizes)
         per_pass = roofline_draft_ms(hw, model, padded, drafter=d, positions=1, context=context,
-                                     dtype_bytes=dtype_bytes)
+                                     dtype_bytes=dtype_bytes, parallel=parallel)
         return p * (per_pass + np.where(eager, hw.eager_overhead_ms(d.num_layers), 0.0))
     padded, eager = pad_to_capture(r * p, capture_sizes)
     base = roofline_draft_ms(hw, model, padded / p, drafter=d, positions=p, context=context,
-                             dtype_bytes=dtype_bytes)
+                             dtype_bytes=dtype_bytes, parallel=parallel)
     return base + np.where(eager, hw.eager_overhead_ms(d.num_layers), 0.0)
 
 
@@ -476,24 +632,26 @@ def _token_rows(sizes: list[int], max_tokens: int) -> NDArray[np.float64]:
 
 
 def _verify_table(hw: HardwareSpec, model: ModelSpec, sizes: list[int], max_tokens: int,
-                  dtype_bytes: int) -> pd.DataFrame:
+                  dtype_bytes: int, parallel: Parallelism) -> pd.DataFrame:
     """verify.csv: the dense step (no KV read) at every captured size, the cliff, the ladder."""
     tokens = _token_rows(sizes, max_tokens)
-    step_ms = graph_verify_ms(hw, model, tokens, 0, capture_sizes=sizes, dtype_bytes=dtype_bytes)
+    step_ms = graph_verify_ms(hw, model, tokens, 0, capture_sizes=sizes, dtype_bytes=dtype_bytes,
+                              parallel=parallel)
     return pd.DataFrame({"tokens": tokens.astype(np.int64), "step_ms": step_ms})
 
 
-def _attention_table(hw: HardwareSpec, model: ModelSpec, max_kv_tokens: int, dtype_bytes: int
-                     ) -> pd.DataFrame:
+def _attention_table(hw: HardwareSpec, model: ModelSpec, max_kv_tokens: int, dtype_bytes: int,
+                     parallel: Parallelism) -> pd.DataFrame:
     """attention.csv: reading K tokens of KV cache, linear in K (two rows suffice; a few more read well)."""
     kv = np.asarray([0, 1 << 16, 1 << 20, max(max_kv_tokens, 1 << 21)], dtype=np.float64)
     return pd.DataFrame({"kv_tokens": kv.astype(np.int64),
-                         "attn_ms": attention_ms(hw, model, kv, dtype_bytes=dtype_bytes)})
+                         "attn_ms": attention_ms(hw, model, kv, dtype_bytes=dtype_bytes,
+                                                 parallel=parallel)})
 
 
 def _draft_table(
     hw: HardwareSpec, model: ModelSpec, sizes: list[int], d: DrafterShape, draft_context: int,
-    max_requests: int, dtype_bytes: int,
+    max_requests: int, dtype_bytes: int, parallel: Parallelism,
 ) -> pd.DataFrame:
     """A draft table: every request count while a full pass fits a graph, the first eager
     count, the ladder; at every drafted positions count 1..γ."""
@@ -509,8 +667,9 @@ def _draft_table(
         "positions": p_grid.ravel().astype(np.int64),
         "requests": r_grid.ravel().astype(np.int64),
         "draft_ms": graph_draft_ms(hw, model, r_grid.ravel(), capture_sizes=sizes, drafter=d,
-                                   positions=p_grid.ravel(), context=draft_context,
-                                   dtype_bytes=dtype_bytes),
+                                   positions=p_grid.ravel(),
+                                   context=d.window or draft_context,  # a window is its whole KV
+                                   dtype_bytes=dtype_bytes, parallel=parallel),
     })
 
 
@@ -522,7 +681,7 @@ def activation_reserve_bytes(model: ModelSpec, max_tokens: int, dtype_bytes: int
 
 def _card(
     hw: HardwareSpec, model: ModelSpec, dtype: str, sizes: list[int], max_tokens: int,
-    drafters: Sequence[DrafterShape], draft_context: int, command: str,
+    drafters: Sequence[DrafterShape], draft_context: int, command: str, parallel: Parallelism,
 ) -> dict[str, Any]:
     """The card: what was modelled, every parameter with its source, and derived figures."""
     dtype_bytes = DTYPE_BYTES[dtype]
@@ -530,9 +689,15 @@ def _card(
     # compute-bound at this many tokens (weights: 2 bytes read, 2 FLOPs per token each).
     ridge = hw.peak_for(dtype_bytes) * hw.compute_eff / (hw.mem_bytes_per_s * hw.mem_eff)
     main = drafters[0]  # a deployment holds one drafter: the default one
-    weights = dtype_bytes * (model.params + main.num_layers * model.layer_params
-                             + _fc_params(model, main)
+    main_layers = (main.num_layers * model.moe_layer_params if main.moe
+                   else main.num_layers * model.layer_params)
+    weights = dtype_bytes * (model.params + main_layers + _fc_params(model, main)
                              + (_head_params(model, main) if main.draft_vocab else 0))
+    g = parallel.gpus
+    replicated = 0  # dp-ep keeps attention, dense layers and embeddings on every GPU
+    if parallel.mode == "dp-ep":
+        routed = model.moe_layers * model.num_experts * model.expert_params
+        replicated = dtype_bytes * (model.params - routed) * (g - 1)
     return {
         "source": "analytic",
         "hardware": hw.name,
@@ -542,7 +707,10 @@ def _card(
         "command": command or "sparksim.roofline.analytic_profile (Python API)",
         "engine": "none: roofline model (sparksim.roofline) with vLLM-style CUDA-graph semantics",
         "graph_capture_sizes": sizes,
-        "gpus_per_replica": 1,
+        "gpus_per_replica": g,
+        "parallelism": {"gpus": g, "mode": parallel.mode, "kv_split": parallel.kv_split(model),
+                        "source": "sparksim.roofline.Parallelism (its docstring says what each "
+                                  "mode divides and which collectives it pays)"},
         "max_tokens": int(max_tokens),
         "hardware_source": hw.source,
         "parameters": _hardware_parameters(hw),
@@ -557,7 +725,9 @@ def _card(
         "cost_model": {
             "kind": "tokens+kv (sparksim.profile)",
             "prefill_attention_ms_per_token_sq": prefill_attention_coef_ms(
-                hw, model, dtype_bytes=dtype_bytes),
+                hw, model, dtype_bytes=dtype_bytes, parallel=parallel),
+            "attention_ms_per_query_kv_token": attention_compute_coef_ms(
+                hw, model, dtype_bytes=dtype_bytes, parallel=parallel),
             "dense": "verify.csv: max(bytes/(mem_bytes_per_s*mem_eff), flops/(peak*compute_eff))*1e3 "
                      "+ step_overhead_ms [+ kernels_per_layer*layers*launch_us/1e3 past the largest "
                      "capture]; bytes = dtype*matmul_params + tokens*(kv_elems*dtype + act_bytes); "
@@ -567,11 +737,12 @@ def _card(
             "prefill_attention": "coef*((prefix+chunk)^2 - prefix^2), coef = 2*layers*heads*"
                                  "head_dim/(peak*compute_eff)*1e3 (causal pairs, compute-bound)",
         },
-        "memory": {
-            "hbm_bytes": hw.hbm_bytes,
-            "weights_bytes": weights,
-            "kv_bytes_per_token": model.kv_bytes_per_token * dtype_bytes,
-            "activation_reserve_bytes": activation_reserve_bytes(model, max_tokens, dtype_bytes),
+        "memory": {  # per replica: all its GPUs
+            "hbm_bytes": hw.hbm_bytes * g,
+            "weights_bytes": weights + replicated,
+            # copies of an unsplittable cache (MLA under tp, GQA heads < GPUs) count in full
+            "kv_bytes_per_token": model.kv_bytes_per_token * dtype_bytes * g // parallel.kv_split(model),
+            "activation_reserve_bytes": activation_reserve_bytes(model, max_tokens, dtype_bytes) * g,
             "source": "hbm_bytes: datasheet; weights: the model's parameters and the default "
                       "drafter's own (a shared LM head once) in the dtype; kv per token: 2 x layers x "
                       "kv_heads x head_dim x dtype; activation reserve: estimated as one layer's "
@@ -580,12 +751,13 @@ def _card(
         "drafters": {
             d.name: {
                 "file": f"draft-{d.name}.csv", **{k: v for k, v in asdict(d).items() if k != "name"},
-                "context": int(draft_context),  # the table's; the engine adds kv_ms_per_token x KV
-                "kv_ms_per_token": draft_kv_ms_per_token(hw, model, d, dtype_bytes=dtype_bytes),
+                "context": int(d.window or draft_context),  # the table's; the engine adds kv_ms_per_token x KV
+                "kv_ms_per_token": draft_kv_ms_per_token(hw, model, d, dtype_bytes=dtype_bytes,
+                                                         parallel=parallel),
                 "graph_padding": ("R*positions tokens padded to graph_capture_sizes; eager past the "
                                   "largest" if d.kind == "block" else
                                   "each pass's R tokens padded to graph_capture_sizes"),
-                "source": DRAFTER_SOURCES.get(d.name, "user-described shape"),
+                "source": DRAFTER_SOURCES.get(d.name + ("-moe" if d.moe else ""), "user-described shape"),
             }
             for d in drafters
         },
@@ -616,6 +788,7 @@ def analytic_profile(
     draft_context: int = 0,
     max_requests: int = 1024,
     command: str = "",
+    parallel: Parallelism = SINGLE,
 ) -> tuple[pd.DataFrame, dict[str, pd.DataFrame], dict[str, Any]]:
     """Return (verify, {other files}, card) of an analytic profile, ready for `write_profile`.
 
@@ -625,12 +798,15 @@ def analytic_profile(
     (default: DSpark-5, MTP-1, Eagle3), at 1..γ positions and every request count while a
     pass fits the captured range, the first eager count, then the ladder up to
     `max_requests`. `capture_sizes=None` means vLLM's default; an empty list means no graphs.
+    `parallel` spreads the replica over its GPUs; a replica whose weights do not fit them is
+    an error naming the figures.
     """
+    parallel.check(model)
     if dtype not in DTYPE_BYTES:
         raise ConfigError(f"dtype={dtype!r} is not one of {list(DTYPE_BYTES)}")
     dtype_bytes = DTYPE_BYTES[dtype]
     hw.peak_for(dtype_bytes)  # fails early for FP8 on a chip without it
-    ds = list(drafters) if drafters is not None else [DSPARK_5, MTP_1, EAGLE3]
+    ds = list(drafters) if drafters is not None else list(drafter_presets(model).values())
     if len({d.name for d in ds}) != len(ds):
         raise ConfigError(f"drafter names repeat: {[d.name for d in ds]}")
     if draft_context < 0:
@@ -649,12 +825,18 @@ def analytic_profile(
             raise ConfigError(f"{key}={fval} must be >= 0")
     sizes = _check_sizes("capture sizes", default_capture_sizes() if capture_sizes is None
                          else capture_sizes)
-    card = _card(hw, model, dtype, sizes, max_tokens, ds, draft_context, command)
+    card = _card(hw, model, dtype, sizes, max_tokens, ds, draft_context, command, parallel)
     mem = card["memory"]
-    max_kv = int((hw.hbm_bytes - mem["weights_bytes"]) // mem["kv_bytes_per_token"]) if hw.hbm_bytes else 0
-    verify = _verify_table(hw, model, sizes, max_tokens, dtype_bytes)
-    extra = {"attention.csv": _attention_table(hw, model, max_kv, dtype_bytes)}
+    if mem["hbm_bytes"] and 0.9 * mem["hbm_bytes"] <= mem["weights_bytes"] + mem["activation_reserve_bytes"]:
+        raise ConfigError(
+            f"{model.name} in {dtype} on {parallel.gpus} x {hw.name}: weights "
+            f"{mem['weights_bytes'] / 1e9:.1f} GB + activation reserve "
+            f"{mem['activation_reserve_bytes'] / 1e9:.1f} GB do not fit 0.9 x HBM "
+            f"{mem['hbm_bytes'] / 1e9:.1f} GB (more GPUs, or --dtype fp8)")
+    max_kv = int((mem["hbm_bytes"] - mem["weights_bytes"]) // mem["kv_bytes_per_token"]) if mem["hbm_bytes"] else 0
+    verify = _verify_table(hw, model, sizes, max_tokens, dtype_bytes, parallel)
+    extra = {"attention.csv": _attention_table(hw, model, max_kv, dtype_bytes, parallel)}
     for d in ds:
         extra[f"draft-{d.name}.csv"] = _draft_table(hw, model, sizes, d, draft_context,
-                                                    max_requests, dtype_bytes)
+                                                    max_requests, dtype_bytes, parallel)
     return verify, extra, card

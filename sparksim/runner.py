@@ -204,7 +204,8 @@ def simulate(
         ),
     }
     _warn_if_context_clamped(profile, steps)
-    summary = summarize(scenario, requests, cluster.stats, census, cluster.sampler.domains, extra)
+    summary = summarize(scenario, requests, cluster.stats, census, cluster.sampler.domains, extra,
+                        gpus_per_replica=scenario.cluster.gpus_per_replica or profile.gpus_per_replica)
     return RunResult(scenario, summary, requests, steps, violations, wall_s, num_steps)
 
 

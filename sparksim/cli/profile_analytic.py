@@ -14,12 +14,11 @@ from sparksim.hardware import GPUS, get_gpu
 from sparksim.models import load_model_spec
 from sparksim.profile import load_profile, write_profile
 from sparksim.roofline import (
-    DSPARK_5,
     DTYPE_BYTES,
-    EAGLE3,
-    MTP_1,
+    Parallelism,
     analytic_profile,
     default_capture_sizes,
+    drafter_presets,
 )
 
 
@@ -54,8 +53,10 @@ def analytic(
     capture_sizes: str = typer.Option("vllm", "--capture-sizes", help="'vllm' (1,2,4,8..256/8,272..max/16), 'none', or a comma list of token counts"),
     max_capture_size: int = typer.Option(512, "--max-capture-size", help="largest captured size with --capture-sizes vllm"),
     max_tokens: int = typer.Option(8192, "--max-tokens", help="largest batch in verify.csv, tokens"),
-    drafters: str = typer.Option("dspark-5,mtp-1,eagle3", "--drafters", help="drafter tables to write, the first the default: dspark-5 (block), mtp-1 (chained MTP), eagle3 (autoregressive)"),
-    gamma: int = typer.Option(7, "--gamma", help="most positions each drafter drafts (DSpark's block size γ)"),
+    drafters: str = typer.Option("", "--drafters", help="drafter tables to write, the first the default: dspark-5 (block), mtp-1 (chained MTP), eagle3 (autoregressive; dense targets); default: every preset for the model"),
+    gpus: int = typer.Option(1, "--gpus", help="GPUs per replica"),
+    parallel: str = typer.Option("tp", "--parallel", help="tp (tensor parallel) or dp-ep (data-parallel attention, expert-parallel MoE)"),
+    gamma: int | None = typer.Option(None, "--gamma", help="most positions each drafter drafts (DSpark's block size γ; default: each preset's, 7 for dense targets, 5 for DeepSeek's)"),
     draft_layers: int = typer.Option(5, "--draft-layers", help="DSpark backbone layers (target width)"),
     draft_context: int = typer.Option(0, "--draft-context", help="context the draft tables are tabulated at, tokens (0: the engine adds each drafter's KV reads at the batch's real context)"),
     max_requests: int = typer.Option(1024, "--max-requests", help="largest request count in draft.csv"),
@@ -72,16 +73,18 @@ def analytic(
     hw = dataclasses.replace(preset, **overrides)  # type: ignore[arg-type]
     spec = load_model_spec(model)
     sizes = _capture_sizes(capture_sizes, max_capture_size)
-    presets = {"dspark-5": DSPARK_5, "mtp-1": MTP_1, "eagle3": EAGLE3}
-    names = [n.strip() for n in drafters.split(",") if n.strip()]
+    presets = drafter_presets(spec)
+    names = [n.strip() for n in drafters.split(",") if n.strip()] or list(presets)
     unknown = [n for n in names if n not in presets]
     if unknown or not names:
         raise ConfigError(f"--drafters {drafters!r}: expected names from {sorted(presets)}")
     shapes = [dataclasses.replace(
-        presets[n], gamma=gamma,
-        num_layers=draft_layers if presets[n].kind == "block" else presets[n].num_layers)
+        presets[n], gamma=gamma if gamma is not None else presets[n].gamma,
+        num_layers=draft_layers if presets[n].kind == "block" and not presets[n].moe
+        else presets[n].num_layers)
         for n in names]
-    target = out if out is not None else Path("profiles") / f"{gpu.lower()}-{spec.name}-analytic"
+    gpu_tag = gpu.lower() if gpus == 1 else f"{gpu.lower()}x{gpus}"
+    target = out if out is not None else Path("profiles") / f"{gpu_tag}-{spec.name}-analytic"
     # Every knob spelled out, so the card's command remakes the profile even if defaults move.
     argv = [
         "sparksim", "profile", "analytic", "--gpu", gpu.lower(), "--model", model,
@@ -90,13 +93,16 @@ def analytic(
         "--step-overhead-ms", f"{hw.step_overhead_ms:g}", "--launch-us", f"{hw.launch_us:g}",
         "--kernels-per-layer", str(hw.kernels_per_layer),
         "--capture-sizes", capture_sizes, "--max-capture-size", str(max_capture_size),
-        "--max-tokens", str(max_tokens), "--drafters", drafters, "--gamma", str(gamma),
+        "--max-tokens", str(max_tokens), "--drafters", ",".join(names),
+        *(["--gamma", str(gamma)] if gamma is not None else []),
+        "--gpus", str(gpus), "--parallel", parallel,
         "--draft-layers", str(draft_layers), "--draft-context", str(draft_context),
         "--max-requests", str(max_requests),
     ]
     verify, extra, card = analytic_profile(
         hw, spec, dtype=dtype, capture_sizes=sizes, max_tokens=max_tokens, drafters=shapes,
         draft_context=draft_context, max_requests=max_requests, command=shlex.join(argv),
+        parallel=Parallelism(gpus, parallel),
     )
     card = {**{k: card.pop(k) for k in ("source", "hardware")}, "gpu": gpu.lower(), **card}
     write_profile(target, verify, card, extra=extra)

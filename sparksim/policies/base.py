@@ -40,15 +40,30 @@ class StepCost:
     draft_s: float  # drafter cost for this step's requests and drafted positions (0: no drafting)
     context: float  # mean KV context per request, tokens (prices KV in a legacy-grid profile)
     kv_s: float = 0.0  # KV reads of the batch and prompt-chunk attention, seconds
+    attn_mem_s: float = 0.0  # of kv_s: the decode requests' KV read
+    attn_token_s: float = 0.0  # attention compute per decode token at this batch's contexts
+    prefill_tokens: int = 0  # prompt tokens in the step (they do not query the decode KV)
 
     @property
     def fixed_s(self) -> float:
         """The part of the step's time that no verification length changes: drafting and KV."""
         return self.draft_s + self.kv_s
 
+    def attention_excess_s(self, tokens: ArrayLike) -> NDArray[np.float64] | float:
+        """Attention compute beyond the KV read at `tokens` batch tokens (0 while memory-bound).
+
+        Decode attention costs max(KV read, FLOPs): each decode token queries its request's
+        context. GQA stays memory-bound; MLA's absorbed attention does not (docs/profiles.md).
+        """
+        if not self.attn_token_s:
+            return 0.0
+        t = np.asarray(tokens, dtype=np.float64)
+        return np.maximum(self.attn_token_s * (t - self.prefill_tokens) - self.attn_mem_s, 0.0)
+
     def step_s(self, tokens: ArrayLike) -> NDArray[np.float64]:
         """Return seconds per step for each total batch size in `tokens`."""
-        return self.fixed_s + self.profile.verify_s(tokens, self.context)
+        return (self.fixed_s + self.profile.verify_s(tokens, self.context)
+                + self.attention_excess_s(tokens))
 
     def sps(self, tokens: ArrayLike) -> NDArray[np.float64]:
         """Return steps per second for each total batch size in `tokens`."""
