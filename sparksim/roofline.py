@@ -688,11 +688,13 @@ def _card(
     # Arithmetic intensity where the achieved roofs meet; a context-free BF16 step turns
     # compute-bound at this many tokens (weights: 2 bytes read, 2 FLOPs per token each).
     ridge = hw.peak_for(dtype_bytes) * hw.compute_eff / (hw.mem_bytes_per_s * hw.mem_eff)
-    main = drafters[0]  # a deployment holds one drafter: the default one
-    main_layers = (main.num_layers * model.moe_layer_params if main.moe
-                   else main.num_layers * model.layer_params)
-    weights = dtype_bytes * (model.params + main_layers + _fc_params(model, main)
-                             + (_head_params(model, main) if main.draft_vocab else 0))
+    weights = dtype_bytes * model.params
+    if drafters:  # a deployment holds one drafter: the default one
+        main = drafters[0]
+        main_layers = (main.num_layers * model.moe_layer_params if main.moe
+                       else main.num_layers * model.layer_params)
+        weights += dtype_bytes * (main_layers + _fc_params(model, main)
+                                  + (_head_params(model, main) if main.draft_vocab else 0))
     g = parallel.gpus
     replicated = 0  # dp-ep keeps attention, dense layers and embeddings on every GPU
     if parallel.mode == "dp-ep":
@@ -748,7 +750,7 @@ def _card(
                       "kv_heads x head_dim x dtype; activation reserve: estimated as one layer's "
                       "activations plus float32 logits for a max_tokens step",
         },
-        "drafters": {
+        **({"drafters": {
             d.name: {
                 "file": f"draft-{d.name}.csv", **{k: v for k, v in asdict(d).items() if k != "name"},
                 "context": int(d.window or draft_context),  # the table's; the engine adds kv_ms_per_token x KV
@@ -760,8 +762,8 @@ def _card(
                 "source": DRAFTER_SOURCES.get(d.name + ("-moe" if d.moe else ""), "user-described shape"),
             }
             for d in drafters
-        },
-        "default_drafter": drafters[0].name,
+        }} if drafters else {}),
+        **({"default_drafter": drafters[0].name} if drafters else {}),
         "derived": {
             "ridge_flops_per_byte": round(ridge, 1),
             "ridge_tokens_without_kv": round(ridge * dtype_bytes / 2, 1),

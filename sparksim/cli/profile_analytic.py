@@ -74,9 +74,10 @@ def analytic(
     spec = load_model_spec(model)
     sizes = _capture_sizes(capture_sizes, max_capture_size)
     presets = drafter_presets(spec)
-    names = [n.strip() for n in drafters.split(",") if n.strip()] or list(presets)
+    names = ([] if drafters.strip().lower() == "none"
+             else [n.strip() for n in drafters.split(",") if n.strip()] or list(presets))
     unknown = [n for n in names if n not in presets]
-    if unknown or not names:
+    if unknown:
         raise ConfigError(f"--drafters {drafters!r}: expected names from {sorted(presets)}")
     shapes = [dataclasses.replace(
         presets[n], gamma=gamma if gamma is not None else presets[n].gamma,
@@ -93,7 +94,7 @@ def analytic(
         "--step-overhead-ms", f"{hw.step_overhead_ms:g}", "--launch-us", f"{hw.launch_us:g}",
         "--kernels-per-layer", str(hw.kernels_per_layer),
         "--capture-sizes", capture_sizes, "--max-capture-size", str(max_capture_size),
-        "--max-tokens", str(max_tokens), "--drafters", ",".join(names),
+        "--max-tokens", str(max_tokens), "--drafters", ",".join(names) or "none",
         *(["--gamma", str(gamma)] if gamma is not None else []),
         "--gpus", str(gpus), "--parallel", parallel,
         "--draft-layers", str(draft_layers), "--draft-context", str(draft_context),
