@@ -204,6 +204,10 @@ class Scenario(_Model):
     profile: str = "profiles/h100-qwen3-8b-analytic"
     lookup: Literal["step", "linear"] = "step"
     traces: str = "traces/synth-dspark-qwen3-8b"
+    trace_block: int | None = Field(
+        None, gt=0, description="replay only the first k drafted positions of each traced block "
+        "(a drafter with a shorter block, e.g. DSpark-5 from γ = 7 traces; exact)"
+    )
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     workload: WorkloadConfig = Field(default_factory=WorkloadConfig)
     policy: PolicyConfig = Field(default_factory=PolicyConfig)

@@ -81,6 +81,8 @@ def load_inputs(
             f"R = ceil(B / {profile.card.get('tokens_per_request', 8)}) requests; remake it with "
             "`sparksim profile` for per-request KV", ProfileWarning, stacklevel=2)
     traces = load_traceset(resolve_path(scenario.traces, base))
+    if scenario.trace_block is not None:
+        traces = traces.truncated(scenario.trace_block)
     pf = scenario.cluster.prefill
     prefill = (
         load_profile(resolve_path(pf.profile, base), mode=scenario.lookup, strict=strict)

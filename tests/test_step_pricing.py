@@ -194,3 +194,20 @@ def test_a_legacy_grid_profile_warns_when_most_steps_sit_below_its_first_context
                                     "policy.gamma=0"], "static")
     with pytest.warns(ProfileWarning, match="clamped"):
         simulate(sc, base)
+
+
+def test_a_shorter_block_replays_the_first_positions_of_the_traces_exactly() -> None:
+    # Why: DSpark-5 from γ = 7 traces: a block of 5 drafts the same first five tokens, and
+    # its accepted count is the first rejection or the block's end.
+    from sparksim.config import REPO_ROOT as root
+    from sparksim.traces.format import load_traceset
+
+    full = load_traceset(root / "traces" / "synth-dspark-qwen3-8b")
+    five = full.truncated(5)
+    assert five.gamma == 5 and five.card["truncated_from_gamma"] == full.gamma
+    np.testing.assert_array_equal(five.conf, full.conf[:, :5])
+    np.testing.assert_array_equal(five.accepted, np.minimum(full.accepted, 5))
+    summary = _run("two-step", "trace_block=5").summary
+    assert summary["gamma"] == 5 and summary["verify_budget_per_request"] <= 6
+    with pytest.raises(ConfigError, match="trace_block=9"):
+        full.truncated(9)

@@ -14,6 +14,7 @@ rows are `offsets[k]:offsets[k+1]`. The replay rule lives in `sparksim.acceptanc
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ import yaml
 from numpy.typing import NDArray
 
 from sparksim.atomic import atomic_dir
-from sparksim.errors import FormatError
+from sparksim.errors import ConfigError, FormatError
 from sparksim.profile import read_card
 
 TRACE_SOURCES = ("recorded", "synthetic")
@@ -80,6 +81,25 @@ class TraceSet:
     def survival(self) -> NDArray[np.float64]:
         """(N, γ) a_j = ∏_{i≤j} c_i for every row, computed once: a row's block is fixed."""
         return np.cumprod(self.conf64, axis=1, dtype=np.float64)
+
+    def truncated(self, gamma: int) -> TraceSet:
+        """Return the same traces for a drafter that drafts only the first `gamma` positions.
+
+        Exact: a shorter block's confidences are the first ones, and its accepted count is
+        min(accepted, gamma) (the first rejection, or the block's end). The card notes it.
+        """
+        if not 1 <= gamma <= self.gamma:
+            raise ConfigError(f"trace_block={gamma} must be in 1..{self.gamma} (the trace set's γ)")
+        if gamma == self.gamma:
+            return self
+        card = {**self.card, "gamma": gamma,
+                "truncated_from_gamma": self.gamma}
+        return dataclasses.replace(
+            self, card=card, gamma=gamma, conf=np.ascontiguousarray(self.conf[:, :gamma]),
+            accepted=np.minimum(self.accepted, gamma).astype(np.int8),
+            conf_raw=None if self.conf_raw is None else np.ascontiguousarray(self.conf_raw[:, :gamma]),
+            p_accept=None if self.p_accept is None else np.ascontiguousarray(self.p_accept[:, :gamma]),
+        )
 
     def output_tokens(self) -> NDArray[np.int64]:
         return self.requests["output_tokens"].to_numpy(np.int64)
