@@ -175,7 +175,8 @@ class ModelSpec:
             excess = float((q[over] - 1.0).sum())
             q[over] = 1.0
             q[free] += excess * q[free] / q[free].sum()
-        untouched = np.exp(np.multiply.outer(t, np.log1p(-np.minimum(q, 1.0 - 1e-300))))  # (..., E)
+        with np.errstate(divide="ignore"):  # q = 1: that expert is always touched
+            untouched = np.exp(np.multiply.outer(t, np.log1p(-q)))  # (..., E)
         untouched = np.where(q >= 1.0, np.where(np.expand_dims(t, -1) > 0, 0.0, 1.0), untouched)
         return (1.0 - untouched).sum(axis=-1)
 

@@ -542,12 +542,21 @@ def roofline_draft_ms(
     g = parallel.gpus
     p = np.asarray(d.gamma if positions is None else positions, dtype=np.float64)
     r = np.asarray(requests, dtype=np.float64)
+
+    def per_gpu(total: NDArray[np.float64], tokens: NDArray[np.float64]) -> NDArray[np.float64]:
+        if parallel.mode != "dp-ep":
+            return total / g
+        # data-parallel attention: all but the routed experts is on every GPU
+        routed = (dtype_bytes * d.num_layers * model.experts_touched(tokens) * model.expert_params
+                  if d.moe else np.zeros_like(total))
+        return (total - routed) + routed / g
+
     if d.kind != "block":
-        one = _roofline_ms(hw, draft_bytes(model, d, r, context, positions=1,
-                                           dtype_bytes=dtype_bytes) / g,
+        one = _roofline_ms(hw, per_gpu(draft_bytes(model, d, r, context, positions=1,
+                                                   dtype_bytes=dtype_bytes), r),
                            draft_flops(model, d, r, context, positions=1) / g, dtype_bytes)
         return p * (one + _drafter_collective_ms(hw, model, d, r, dtype_bytes, parallel))
-    b = draft_bytes(model, d, r, context, positions=p, dtype_bytes=dtype_bytes) / g
+    b = per_gpu(draft_bytes(model, d, r, context, positions=p, dtype_bytes=dtype_bytes), r * p)
     f = draft_flops(model, d, r, context, positions=p) / g
     return _roofline_ms(hw, b, f, dtype_bytes) + _drafter_collective_ms(
         hw, model, d, r * p, dtype_bytes, parallel)
