@@ -44,8 +44,9 @@ print(pd.DataFrame(rows).to_string(index=False, float_format=lambda v: f"{v:,.2f
 
 # %% [markdown]
 # Reading it (the committed golden output: 32 users, 8 s, `tests/test_analyses.py`):
-# over-confidence (T < 1) inflates survivals, so the budget grows (2.7 → 6.5 tokens per
-# request at T = 0.5) and the extra verified drafts cost about 3 % of throughput; more
-# tokens are emitted per step, but each step is dearer. Under-confidence (T > 1) leaves the
-# budget almost where it was (2.74 → 2.72) and throughput within 1 % at this load. How much
-# either costs depends on how flat SPS(B) is at the load.
+# over-confidence (T < 1) inflates survivals, so the budget grows (5.6 → 6.8 tokens per
+# request at T = 0.5) and throughput falls by about 1.6 %: each step verifies drafts that
+# are then rejected. Under-confidence (T ≥ 1.5) makes the budget collapse (5.6 → 2.7): the
+# scheduler stops verifying drafts it would have kept, acceptance length halves (4.4 →
+# 2.5) and throughput falls by about 4 %. How much either costs depends on how flat SPS(B)
+# is at the load.

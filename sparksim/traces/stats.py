@@ -1,10 +1,13 @@
 """Trace-set statistics measured the way DeepSpec's eval measures them: full-block rounds.
 
 A full-block walk starts each request at pos 0; a round at pos t yields accepted[t] + 1
-tokens and moves to t + accepted[t] + 1, until it passes the request's last position. The
-accepted length of a domain is the mean of accepted + 1 over all its rounds (bonus
-included), and the conditional acceptance at block position k is
-P(accepted ≥ k | accepted ≥ k − 1) over those rounds (Fig. 2 of the DSpark paper).
+tokens and moves to t + accepted[t] + 1, until it passes the request's last position. As
+real decoding does, the last round is cut at the response's end: a request of L tokens
+whose last round starts at t yields min(accepted[t] + 1, L − t) tokens there, so a
+request's rounds yield exactly its L tokens. The accepted length of a domain is the tokens
+its rounds yield over its number of rounds (bonus included; the paper's Table 1 metric),
+and the conditional acceptance at block position k is P(accepted ≥ k | accepted ≥ k − 1)
+over those rounds' recorded `accepted` (Fig. 2 of the DSpark paper).
 """
 
 from __future__ import annotations
@@ -46,24 +49,37 @@ def walk_rows(offsets: NDArray[np.int64], accepted: NDArray[np.integer[Any]]) ->
 
 
 def walk_totals(offsets: NDArray[np.int64], accepted: NDArray[np.integer[Any]]) -> tuple[int, int]:
-    """Return (rounds, tokens) of a full-block walk over every request: `walk_rows` without the rows."""
+    """Return (rounds, tokens) of a full-block walk over every request: `walk_rows` without the rows.
+
+    Each request's last round is cut at its end, so `tokens` is the requests' total length.
+    """
     acc = np.asarray(accepted, dtype=np.int64)
     row = offsets[:-1].astype(np.int64).copy()
     end = offsets[1:].astype(np.int64)
     live = np.flatnonzero(row < end)
-    rounds = tokens = 0
+    rounds = 0
     while live.size:
         here = row[live]
-        step = acc[here] + 1
         rounds += int(here.size)
-        tokens += int(step.sum())
-        row[live] = here + step
+        row[live] = here + acc[here] + 1
         live = live[row[live] < end[live]]
-    return rounds, tokens
+    return rounds, int((end - offsets[:-1]).sum())
+
+
+def round_tokens(
+    offsets: NDArray[np.int64], accepted: NDArray[np.integer[Any]], rows: NDArray[np.int64]
+) -> NDArray[np.int64]:
+    """Return the tokens each walked row yields, min(accepted + 1, tokens left), shape like `rows`.
+
+    `rows` are flat row indices from `walk_rows`; a row's request is found from `offsets`.
+    """
+    request = np.searchsorted(offsets, rows, side="right") - 1  # (n,)
+    left = offsets[request + 1] - rows  # (n,) tokens from this row to the response's end
+    return np.minimum(np.asarray(accepted, dtype=np.int64)[rows] + 1, left)
 
 
 def accepted_length(accepted_rounds: NDArray[np.integer[Any]]) -> float:
-    """Return the mean of accepted + 1 over the given rounds (NaN for no rounds)."""
+    """Return the mean of accepted + 1 over the given rounds, none of them cut (NaN for no rounds)."""
     if accepted_rounds.size == 0:
         return float("nan")
     return float(np.mean(accepted_rounds.astype(np.float64)) + 1.0)
@@ -124,7 +140,8 @@ class DomainStats:
     num_requests: int
     num_positions: int
     num_rounds: int
-    accepted_length: float  # mean accepted + 1 per round (bonus included)
+    accepted_length: float  # tokens per round, last round of each request cut at its end
+    uncut_accepted_length: float  # mean accepted + 1 per round, last rounds not cut
     conditional: NDArray[np.float64]  # (γ,) P(accepted ≥ k | accepted ≥ k − 1)
     predicted: NDArray[np.float64]  # (γ,) mean conf over the rounds that reached k
     ece: NDArray[np.float64]  # (γ,) per-position ECE of conf
@@ -134,19 +151,22 @@ class DomainStats:
 def domain_stats(ts: TraceSet) -> dict[str, DomainStats]:
     """Return full-block walk statistics for every domain of `ts`, keyed by domain."""
     rows = walk_rows(ts.offsets, ts.accepted)
+    tokens = round_tokens(ts.offsets, ts.accepted, rows)  # (n,) cut at each response's end
     row_request = np.repeat(np.arange(ts.num_requests), np.diff(ts.offsets))
     domain_of = ts.requests["domain"].to_numpy()
     out: dict[str, DomainStats] = {}
     for domain in ts.domains:
         idx = ts.requests_in(domain)
-        sel = rows[np.isin(row_request[rows], idx)]
+        mine = np.isin(row_request[rows], idx)
+        sel = rows[mine]
         acc = ts.accepted[sel]
         out[domain] = DomainStats(
             domain=domain,
             num_requests=int(idx.size),
             num_positions=int((np.diff(ts.offsets)[domain_of == domain]).sum()),
             num_rounds=int(sel.size),
-            accepted_length=accepted_length(acc),
+            accepted_length=float(tokens[mine].sum() / sel.size) if sel.size else float("nan"),
+            uncut_accepted_length=accepted_length(acc),
             conditional=conditional_acceptance(acc, ts.gamma),
             predicted=predicted_conditional(ts.conf[sel], acc),
             ece=expected_calibration_error(ts.conf[sel], acc),

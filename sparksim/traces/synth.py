@@ -6,11 +6,13 @@ The model, per domain d, request r, output position t and block position k = 1..
     c_true[r, t, k] = σ(z[r, t, k])          # P(draft k accepted | drafts 1..k−1 accepted)
 
 - `level_d` sets the domain's acceptance; it is fitted so that full-block verification at
-  γ = 7 reproduces a target accepted length (the DSpark paper's Table 1, Qwen3-8B).
+  γ = 7, each response's last round cut at its end, reproduces a target accepted length
+  (the DSpark paper's Table 1, Qwen3-8B).
 - `slope_d` is the per-position shape in logit units (DFlash decays, Eagle3 rises).
 - `b_r ~ N(0, difficulty_sd²)` is the request's difficulty (a random effect), drawn
-  stratified like the lognormal prompt/output lengths so a domain's mean carries little
-  sampling noise from a few hundred requests.
+  stratified like the clipped-lognormal prompt/output lengths so a domain's mean carries
+  little sampling noise from a few hundred requests. The presets' lengths are fitted to
+  the cited statistics in `sparksim/data/lengths.yaml` (each figure with its source).
 - `e_r` is an AR(1) drift over output tokens (stationary sd `drift_sd`, coefficient
   `drift_rho` per token): easy and hard stretches within a request.
 - `w_r ~ N(0, token_sd²)` is per-token noise. Drafts of the same output token in
@@ -41,8 +43,9 @@ import numpy as np
 import pandas as pd
 from numpy.lib.stride_tricks import sliding_window_view
 from numpy.typing import NDArray
+from scipy.optimize import brentq
 from scipy.signal import lfilter
-from scipy.special import ndtri
+from scipy.special import ndtr, ndtri
 
 from sparksim.config import read_yaml_mapping
 from sparksim.errors import ConfigError
@@ -50,6 +53,7 @@ from sparksim.traces.format import MAX_GAMMA, REQUEST_COLUMNS, TraceSet, write_t
 from sparksim.traces.stats import DomainStats, domain_stats, walk_totals
 
 CALIBRATION_GAMMA = 7  # the block size of the paper's Table 1
+LENGTHS_FILE = Path(__file__).resolve().parents[1] / "data" / "lengths.yaml"
 TABLE1_SOURCE = (
     "DSpark paper (Cheng et al. 2026) Table 1, Qwen3-8B, temperature 1, block 7; domain means "
     "of math = GSM8K/MATH/AIME25, code = MBPP/HumanEval/LCB, chat = MT-Bench/Alpaca/Arena-Hard"
@@ -80,6 +84,8 @@ class DomainParams:
     token_sd: float = 0.7  # sd of the per-token noise w_r
     prompt_median: float = 150.0  # prompt tokens: lognormal median
     prompt_sigma: float = 0.6  # prompt tokens: lognormal sigma
+    prompt_min: int = 1  # prompt tokens are clipped to [prompt_min, prompt_max]
+    prompt_max: int = 1_000_000
     output_median: float = 200.0  # output tokens: lognormal median
     output_sigma: float = 0.5  # output tokens: lognormal sigma
     output_min: int = 16  # output tokens are clipped to [output_min, output_max]
@@ -101,54 +107,154 @@ class SynthModel:
     sources: tuple[str, ...] = field(default_factory=tuple)  # where targets and shapes come from
 
 
+# --------------------------------------------------------------------------- lengths
+
+
+def _number(where: str, key: str, value: Any, *, integer: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{where}: {key}={value!r} must be a number")
+    if integer and value != int(value):
+        raise ConfigError(f"{where}: {key}={value!r} must be an integer")
+    if not np.isfinite(value):
+        raise ConfigError(f"{where}: {key}={value!r} must be finite")
+    return float(value)
+
+
+
+def clipped_lognormal_mean(mu: float, sigma: float, lo: float, hi: float) -> float:
+    """Return E[min(max(X, lo), hi)] for X ~ lognormal(mu, sigma) (closed form)."""
+    if sigma == 0.0:
+        return float(min(max(np.exp(mu), lo), hi))
+    a, b = (np.log(lo) - mu) / sigma, (np.log(hi) - mu) / sigma
+    inside = np.exp(mu + sigma**2 / 2) * (ndtr(b - sigma) - ndtr(a - sigma))  # E[X; lo < X < hi]
+    return float(lo * ndtr(a) + inside + hi * (1.0 - ndtr(b)))
+
+
+def fit_clipped_lognormal(mean: float, median: float, lo: float, hi: float) -> tuple[float, float]:
+    """Return (median, sigma) of the lognormal whose clip to [lo, hi] has this mean and median.
+
+    Clipping outside the median leaves it in place, so mu = ln(median); sigma is the root of
+    clipped mean = `mean` (the clipped mean rises with sigma when mean > median). Raises
+    ConfigError when no sigma reaches `mean` (mean <= median, or beyond what the clip allows).
+    """
+    where = f"lengths: mean={mean!r}, median={median!r}, clip [{lo!r}, {hi!r}]"
+    if not lo < median < hi:
+        raise ConfigError(f"{where}: the median must lie strictly inside the clip")
+    if not mean > median:
+        raise ConfigError(f"{where}: a lognormal's mean exceeds its median")
+    mu = float(np.log(median))
+
+    def gap(sigma: float) -> float:
+        return clipped_lognormal_mean(mu, sigma, lo, hi) - mean
+
+    top = 6.0
+    if gap(top) < 0.0:
+        raise ConfigError(f"{where}: the mean is out of reach of a lognormal clipped there")
+    return float(median), float(brentq(gap, 1e-9, top, xtol=1e-10))
+
+
+@dataclass(frozen=True)
+class LengthStat:
+    """One cited length statistic (tokens): what a domain's prompts or outputs look like."""
+
+    mean: float
+    median: float
+    min: int
+    max: int
+    source: str
+
+    def fit(self) -> tuple[float, float]:
+        """Return the (median, sigma) of the clipped lognormal with this mean and median."""
+        return fit_clipped_lognormal(self.mean, self.median, self.min, self.max)
+
+
+def load_length_stats(path: Path | str = LENGTHS_FILE) -> dict[str, dict[str, LengthStat]]:
+    """Read the cited length statistics, `{domain: {"prompt" | "output": LengthStat}}`.
+
+    Raises ConfigError naming the file and the key for a missing or malformed entry.
+    """
+    data = read_yaml_mapping(path, "lengths")
+    domains = data.get("domains")
+    if not isinstance(domains, Mapping) or not domains:
+        raise ConfigError(f"{path}: 'domains' must be a non-empty mapping")
+    out: dict[str, dict[str, LengthStat]] = {}
+    for name, parts in domains.items():
+        if not isinstance(parts, Mapping) or set(parts) != {"prompt", "output"}:
+            raise ConfigError(f"{path}: domains.{name} must have exactly 'prompt' and 'output'")
+        out[str(name)] = {}
+        for part, fields in parts.items():
+            key = f"{path}: domains.{name}.{part}"
+            expected = {"mean", "median", "min", "max", "source"}
+            if not isinstance(fields, Mapping) or set(fields) != expected:
+                raise ConfigError(f"{key} must have exactly the keys {sorted(expected)}")
+            if not isinstance(fields["source"], str) or not fields["source"].strip():
+                raise ConfigError(f"{key}.source must name where the figures come from")
+            for k in ("mean", "median", "min", "max"):
+                _number(key, k, fields[k], integer=k in ("min", "max"))
+            out[str(name)][str(part)] = LengthStat(
+                mean=float(fields["mean"]), median=float(fields["median"]), min=int(fields["min"]),
+                max=int(fields["max"]), source=" ".join(str(fields["source"]).split()),
+            )
+    return out
+
+
 # --------------------------------------------------------------------------- presets
 
-def _domain(target: float, slope: float, lengths: tuple[float, float, float, float]) -> DomainParams:
-    """Return a preset domain: its Table 1 target, its shape and its (prompt, output) lognormals."""
-    prompt_median, prompt_sigma, output_median, output_sigma = lengths
+LENGTH_STATS = load_length_stats()
+
+
+def _fitted(stat: LengthStat) -> tuple[float, float, int, int]:
+    """Return the (median, sigma, min, max) a preset draws with for a cited statistic."""
+    median, sigma = stat.fit()
+    return median, round(sigma, 6), stat.min, stat.max  # rounded: the card shows what is drawn
+
+
+def _domain(target: float, slope: float, domain: str) -> DomainParams:
+    """Return a preset domain: its Table 1 target, its shape, and its cited lengths fitted."""
+    p_median, p_sigma, p_min, p_max = _fitted(LENGTH_STATS[domain]["prompt"])
+    o_median, o_sigma, o_min, o_max = _fitted(LENGTH_STATS[domain]["output"])
     return DomainParams(
-        target_accept_len=target, slope=slope, prompt_median=prompt_median,
-        prompt_sigma=prompt_sigma, output_median=output_median, output_sigma=output_sigma,
+        target_accept_len=target, slope=slope,
+        prompt_median=p_median, prompt_sigma=p_sigma, prompt_min=p_min, prompt_max=p_max,
+        output_median=o_median, output_sigma=o_sigma, output_min=o_min, output_max=o_max,
     )
 
 
-# (prompt median, prompt sigma, output median, output sigma) of each domain's lognormals
-_MATH = (120.0, 0.5, 130.0, 0.5)
-_CODE = (180.0, 0.6, 120.0, 0.5)
-_CHAT = (80.0, 0.9, 100.0, 0.6)
 _SOURCES = (
     TABLE1_SOURCE,
     "per-position shape: DSpark paper Fig. 2 (Qwen3-4B): DSpark high and stable across the "
     "block, DFlash decaying (0.87 -> 0.78 code, 0.72 -> 0.63 chat), Eagle3 rising on chat from "
     "0.53; slopes chosen by hand so the measured conditional acceptance follows that shape",
-    "prompt/output lengths: invented lognormals chosen to keep files small, not measured",
+    "prompt/output lengths: clipped lognormals fitted to the cited (mean, median) of each domain "
+    "in sparksim/data/lengths.yaml; every figure's source (or 'assumption') is under "
+    "model.lengths of this card",
 )
 
 PRESETS: dict[str, SynthModel] = {
     "dspark-qwen3-8b": SynthModel(
         name="dspark-qwen3-8b", drafter="DSpark (5 layers, block 7; synthetic)", target="Qwen3-8B",
         domains={
-            "math": _domain(5.65, -0.06, _MATH),
-            "code": _domain(5.28, -0.06, _CODE),
-            "chat": _domain(3.50, -0.08, _CHAT),
+            "math": _domain(5.65, -0.06, "math"),
+            "code": _domain(5.28, -0.06, "code"),
+            "chat": _domain(3.50, -0.08, "chat"),
         },
         sources=_SOURCES,
     ),
     "dflash-qwen3-8b": SynthModel(
         name="dflash-qwen3-8b", drafter="DFlash (5 layers, block 7; synthetic)", target="Qwen3-8B",
         domains={
-            "math": _domain(4.77, -0.16, _MATH),
-            "code": _domain(4.46, -0.17, _CODE),
-            "chat": _domain(2.97, -0.17, _CHAT),
+            "math": _domain(4.77, -0.16, "math"),
+            "code": _domain(4.46, -0.17, "code"),
+            "chat": _domain(2.97, -0.17, "chat"),
         },
         sources=_SOURCES,
     ),
     "eagle3-qwen3-8b": SynthModel(
         name="eagle3-qwen3-8b", drafter="Eagle3 (1 layer, TTT 7; synthetic)", target="Qwen3-8B",
         domains={
-            "math": _domain(4.66, 0.06, _MATH),
-            "code": _domain(4.15, 0.06, _CODE),
-            "chat": _domain(2.58, 0.10, _CHAT),
+            "math": _domain(4.66, 0.06, "math"),
+            "code": _domain(4.15, 0.06, "code"),
+            "chat": _domain(2.58, 0.10, "chat"),
         },
         sources=_SOURCES,
     ),
@@ -166,16 +272,6 @@ def preset(name: str) -> SynthModel:
 
 _DOMAIN_FIELDS = {f.name for f in dataclasses.fields(DomainParams)}
 _MODEL_KNOBS = ("raw_temperature", "fit_requests", "fit_seed", "drafter")
-
-
-def _number(where: str, key: str, value: Any, *, integer: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigError(f"{where}: {key}={value!r} must be a number")
-    if integer and value != int(value):
-        raise ConfigError(f"{where}: {key}={value!r} must be an integer")
-    if not np.isfinite(value):
-        raise ConfigError(f"{where}: {key}={value!r} must be finite")
-    return float(value)
 
 
 def check_domain(where: str, d: DomainParams) -> None:
@@ -200,13 +296,14 @@ def check_domain(where: str, d: DomainParams) -> None:
     for key in ("prompt_median", "output_median"):
         if _number(where, key, getattr(d, key)) < 1:
             raise ConfigError(f"{where}: {key}={getattr(d, key)!r} must be >= 1")
-    lo = _number(where, "output_min", d.output_min, integer=True)
-    hi = _number(where, "output_max", d.output_max, integer=True)
-    if not 1 <= lo <= hi <= 100_000:
-        raise ConfigError(
-            f"{where}: output_min={d.output_min!r}, output_max={d.output_max!r} "
-            "must satisfy 1 <= output_min <= output_max <= 100000"
-        )
+    for part, top in (("output", 100_000), ("prompt", 1_000_000)):
+        lo = _number(where, f"{part}_min", getattr(d, f"{part}_min"), integer=True)
+        hi = _number(where, f"{part}_max", getattr(d, f"{part}_max"), integer=True)
+        if not 1 <= lo <= hi <= top:
+            raise ConfigError(
+                f"{where}: {part}_min={lo:g}, {part}_max={hi:g} "
+                f"must satisfy 1 <= {part}_min <= {part}_max <= {top}"
+            )
 
 
 def check_model(model: SynthModel) -> None:
@@ -308,7 +405,9 @@ def _draw_domain(d: DomainParams, num_requests: int, gamma: int, seq: np.random.
     """Sample `num_requests` requests of one domain at block size `gamma` from `seq`."""
     lengths_seq, difficulty_seq, latent_seq, accept_seq = seq.spawn(4)
     lengths_rng = np.random.default_rng(lengths_seq)
-    prompt = _lognormal_int(lengths_rng, d.prompt_median, d.prompt_sigma, num_requests, 1, 1_000_000)
+    prompt = _lognormal_int(
+        lengths_rng, d.prompt_median, d.prompt_sigma, num_requests, d.prompt_min, d.prompt_max
+    )
     output = _lognormal_int(
         lengths_rng, d.output_median, d.output_sigma, num_requests, d.output_min, d.output_max
     )
@@ -502,6 +601,7 @@ def build_card(synth: SynthSet, command: str, date: str | None = None) -> dict[s
         target = m.domains[name].target_accept_len
         row: dict[str, Any] = {
             "target": target, "achieved": round(st.accepted_length, 4),
+            "uncut": round(st.uncut_accepted_length, 4),
             "rounds": st.num_rounds, "requests": st.num_requests,
         }
         if target is not None:
@@ -537,6 +637,7 @@ def build_card(synth: SynthSet, command: str, date: str | None = None) -> dict[s
             "fitted_level": {k: round(v, 5) for k, v in synth.levels.items()},
             "domains": {k: dataclasses.asdict(v) for k, v in m.domains.items()},
             "sources": list(m.sources),
+            "lengths": _lengths_card(synth),
         },
         "columns": {
             "conf": (
@@ -549,8 +650,9 @@ def build_card(synth: SynthSet, command: str, date: str | None = None) -> dict[s
         "calibration": {
             "measured_as": (
                 "full-block walk per request (start at pos 0; a round at pos t yields accepted[t] + 1 "
-                "tokens and moves to t + accepted[t] + 1); mean of accepted + 1 over all rounds of "
-                "the domain"
+                "tokens and moves to t + accepted[t] + 1), the last round cut at the response's end "
+                "as real decoding cuts it; achieved = tokens / rounds of the domain (the level is "
+                "fitted by this walk); uncut = mean of accepted + 1 over the same rounds"
             ),
             "target_gamma": CALIBRATION_GAMMA,
             "target_source": TABLE1_SOURCE,
@@ -579,6 +681,37 @@ def build_card(synth: SynthSet, command: str, date: str | None = None) -> dict[s
             },
         },
     }
+
+
+def _lengths_card(synth: SynthSet) -> dict[str, Any]:
+    """Return, per domain, the lengths' cited statistics (with sources), the fit and the draw."""
+    requests = synth.trace.requests
+    out: dict[str, Any] = {}
+    for name, d in synth.model.domains.items():
+        mine = requests[requests["domain"] == name]
+        entry: dict[str, Any] = {}
+        for part in ("prompt", "output"):
+            drawn = mine[f"{part}_tokens"].to_numpy(np.float64)
+            used = (getattr(d, f"{part}_median"), getattr(d, f"{part}_sigma"),
+                    getattr(d, f"{part}_min"), getattr(d, f"{part}_max"))
+            cited = LENGTH_STATS.get(name, {}).get(part)
+            # a params override of the lengths makes the cited figures no longer the source
+            if cited is not None and used == _fitted(cited):
+                entry[part] = {"cited": {"mean": cited.mean, "median": cited.median,
+                                         "source": cited.source}}
+            else:
+                entry[part] = {"cited": "none: set by the model's parameters, not data/lengths.yaml"}
+            entry[part] |= {
+                "fit": {
+                    "form": "lognormal clipped to [min, max], drawn stratified, rounded to tokens",
+                    "median": round(float(used[0]), 4), "sigma": round(float(used[1]), 6),
+                    "min": int(used[2]), "max": int(used[3]),
+                },
+                "drawn": ({"mean": round(float(drawn.mean()), 1),
+                           "median": round(float(np.median(drawn)), 1)} if drawn.size else None),
+            }
+        out[name] = entry
+    return out
 
 
 def write_synth(path: Path | str, synth: SynthSet, command: str, date: str | None = None) -> Path:
