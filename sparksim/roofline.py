@@ -720,6 +720,9 @@ def _card(
         "graph_capture_sizes": sizes,
         "gpus_per_replica": g,
         "parallelism": {"gpus": g, "mode": parallel.mode, "kv_split": parallel.kv_split(model),
+                        "graph_sizes": ("per replica: G x each GPU's captured sizes (data-parallel "
+                                        "attention splits the tokens evenly)" if parallel.mode == "dp-ep"
+                                        else "per replica: every GPU runs all the step's tokens"),
                         "source": "sparksim.roofline.Parallelism (its docstring says what each "
                                   "mode divides and which collectives it pays)"},
         "max_tokens": int(max_tokens),
@@ -836,6 +839,10 @@ def analytic_profile(
             raise ConfigError(f"{key}={fval} must be >= 0")
     sizes = _check_sizes("capture sizes", default_capture_sizes() if capture_sizes is None
                          else capture_sizes)
+    if parallel.mode == "dp-ep":
+        # each GPU captures its graphs for its own 1/G share of the tokens: in replica tokens
+        # (the profile's axis) a captured size is G times the per-GPU one
+        sizes = [s * parallel.gpus for s in sizes]
     card = _card(hw, model, dtype, sizes, max_tokens, ds, draft_context, command, parallel)
     mem = card["memory"]
     if mem["hbm_bytes"] and 0.9 * mem["hbm_bytes"] <= mem["weights_bytes"] + mem["activation_reserve_bytes"]:
