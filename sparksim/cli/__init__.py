@@ -27,6 +27,8 @@ LAZY_COMMANDS: dict[str, tuple[str, str, bool]] = {
     "run": ("sparksim.cli.run", "Simulate a scenario, print its summary and write results/<run>/.", False),
     "sweep": ("sparksim.cli.sweep", "Sweep load (or any keys) for several policies; write sweep.parquet/csv and "
               "pareto.png.", False),
+    "capacity": ("sparksim.cli.capacity", "Find each policy's capacity under latency SLOs by bisection; write "
+                 "capacity.csv/json.", False),
     "profile": ("sparksim.cli.profile", "Measure an SPS(B) profile (verify.csv, attention.csv, a draft table, "
                 "card.yaml) on this machine, or write an analytic one (`profile analytic`).", True),
     "traces": ("sparksim.cli.traces", "Generate synthetic trace sets and summarise trace sets.", True),
@@ -72,7 +74,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     cls=LazyCommands,
 )
-for _name in ("run", "sweep"):
+for _name in ("run", "sweep", "capacity"):
     app.command(_name, help=LAZY_COMMANDS[_name][1])(_stand_in)
 policies.register(app)
 validate.register(app)
