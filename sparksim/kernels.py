@@ -12,8 +12,10 @@ or above the fill's threshold: a reduction along the short γ axis, which numpy 
 out-of-trace checks): some fifteen small array operations at R = 64, in one loop.
 
 Each kernel exists twice. The numba versions (the `fast` extra) run when numba is installed
-and `SPARKSIM_KERNELS` is not `numpy` (numba is imported on the first kernel call, not
-with this module); the numpy versions run otherwise. Both give identical
+and `SPARKSIM_KERNELS` is not `numpy`: by default a process starts on the numpy twins and
+loads numba once it has run `WARM_STEPS` engine steps (numba's load pays only for long
+runs); `SPARKSIM_KERNELS=numba` binds numba on the first call. The numpy versions run
+otherwise. Both give identical
 results: the same additions in the same order, the same divisions, the same tie rule
 (tests/test_kernels.py draws inputs and compares them; tests/test_invariants.py compares
 whole runs byte for byte). Callers look them up at call time (`kernels.theta_scan(...)`),
@@ -197,15 +199,41 @@ def _on_first_call(name: str) -> Callable[..., Any]:
     return first_call
 
 
+# Loading numba and its cached kernels costs about 0.5-0.7 s per process and saves about
+# 40 µs per engine step at R = 64, so it pays from roughly this many steps: a short run
+# finishes on the numpy twins, a long one switches once it gets here (same results).
+WARM_STEPS = 20_000
+_steps_taken = 0
+
+
+def _warming(name: str) -> Callable[..., Any]:
+    """Return a stand-in for kernel `name`: the numpy twin until WARM_STEPS engine steps, then numba."""
+    twin = getattr(NUMPY, name)
+
+    def call(*args: Any) -> Any:
+        global _steps_taken
+        if name == "advance":
+            _steps_taken += 1
+            if _steps_taken >= WARM_STEPS:
+                use("numba")
+        return twin(*args)
+
+    return call
+
+
 theta_scan: Callable[[NDArray[np.float64], float, NDArray[np.float64], bool], tuple[int, float]]
 count_at_least: Callable[[NDArray[np.float64], float], NDArray[np.int64]]
 advance: Callable[
     [NDArray[np.int64], int, NDArray[np.int64], NDArray[np.int64], NDArray[np.int64], int],
     tuple[NDArray[np.int64], int, bool, bool],
 ]
-if HAVE_NUMBA and os.environ.get("SPARKSIM_KERNELS", "").lower() != "numpy":
+_CHOICE = os.environ.get("SPARKSIM_KERNELS", "").lower()
+if HAVE_NUMBA and _CHOICE == "numba":  # asked for: bind (and load) numba on the first call
     BACKEND = "numba"
     theta_scan, count_at_least, advance = (_on_first_call(name) for name in Kernels._fields)
+elif HAVE_NUMBA and _CHOICE != "numpy":  # the default: numpy first, numba once it pays
+    BACKEND = "numba"
+    theta_scan, count_at_least, advance = (_warming(name) for name in Kernels._fields)
 else:
     BACKEND = "numpy"
     theta_scan, count_at_least, advance = NUMPY

@@ -22,6 +22,8 @@ def compiled_kernels() -> None:
     A first call compiles (about half a second per layout); inside a hypothesis example
     with a deadline that would fail the test on timing alone.
     """
+    if kernels.BACKEND == "numba":  # bind numba now, not after the warm-up steps
+        kernels.use("numba")
     gains = np.linspace(0.1, 0.9, 6)[::-1]  # a reversed view, as `sorted_survival` returns
     for writeable in (True, False):  # cached step windows are read-only
         step_s = np.linspace(1.0, 2.0, 7)
