@@ -237,8 +237,7 @@ class Profile:
             vals = [(1.0 - w) * row[j - 1] + w * row[j] for row in rows]
         if len(vals) == 1:
             return vals[0] / 1e3
-        k = min(max(bisect.bisect_right(ctx, context) - 1, 0), len(ctx) - 2)
-        w = max((context - ctx[k]) / (ctx[k + 1] - ctx[k]), 0.0)
+        k, w = context_weight(ctx, context)
         return ((1.0 - w) * vals[k] + w * vals[k + 1]) / 1e3
 
     # ------------------------------------------------------------------ KV and prefill
@@ -432,8 +431,7 @@ class Profile:
         ctx = self.contexts
         if c.size and float(c.max()) > ctx[-1]:
             self._extrapolated("context", float(c.max()), float(ctx[-1]))
-        lo = np.clip(np.searchsorted(ctx, c, side="right") - 1, 0, ctx.size - 2)
-        w = np.maximum((c - ctx[lo]) / (ctx[lo + 1] - ctx[lo]), 0.0)  # > 1 extrapolates
+        lo, w = context_weight(ctx, c)
         n = np.arange(c.size)
         return (1.0 - w) * rows[lo, n] + w * rows[lo + 1, n]
 
@@ -447,6 +445,20 @@ class Profile:
         if what not in self._warned:
             self._warned.add(what)
             warnings.warn(msg, ProfileWarning, stacklevel=3)
+
+
+def context_weight(contexts: Any, context: Any) -> tuple[Any, Any]:
+    """Return (k, w): a legacy grid's cost at `context` is (1 − w)·row[k] + w·row[k + 1].
+
+    The one interpolation rule in context, for scalars (Python lists) and arrays alike:
+    linear between profiled contexts, the first row below them (w clipped at 0), the last
+    two rows' slope past them (w > 1).
+    """
+    if isinstance(contexts, list):
+        k = min(max(bisect.bisect_right(contexts, context) - 1, 0), len(contexts) - 2)
+        return k, max((context - contexts[k]) / (contexts[k + 1] - contexts[k]), 0.0)
+    k = np.clip(np.searchsorted(contexts, context, side="right") - 1, 0, contexts.size - 2)
+    return k, np.maximum((context - contexts[k]) / (contexts[k + 1] - contexts[k]), 0.0)
 
 
 def _interp_extrapolate(x: NDArray[np.float64], y: NDArray[np.float64], at: float) -> float:

@@ -29,7 +29,7 @@ from numpy.typing import NDArray
 
 from sparksim import kernels
 from sparksim.policies.base import Lengths, StepBatch, StepCost
-from sparksim.profile import Profile
+from sparksim.profile import Profile, context_weight
 
 _ZERO_INT = np.zeros(1, dtype=np.int64)
 _ZERO_FLOAT = np.zeros(1)
@@ -134,9 +134,8 @@ class CostTable:
         ctx = prof.contexts
         if context > ctx[-1]:
             prof.verify_s(1.0, context)  # lets the profile warn (or raise under strict)
-        lo = int(np.clip(np.searchsorted(ctx, context, side="right") - 1, 0, ctx.size - 2))
-        w = max((context - ctx[lo]) / (ctx[lo + 1] - ctx[lo]), 0.0)  # > 1 extrapolates
-        return (1.0 - w) * rows[lo] + w * rows[lo + 1]
+        lo, w = context_weight(ctx, context)  # the profile's own rule
+        return (1.0 - w) * rows[int(lo)] + w * rows[int(lo) + 1]
 
     def _ensure(self, prof: Profile, end: int) -> None:
         same = prof is self._profile and (prof.mode, prof.strict) == self._key
