@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import typer
 from typer.core import TyperGroup
 
-from sparksim.cli import plot, policies, record, validate
+from sparksim.cli import live, plot, policies, record, validate
 
 if TYPE_CHECKING:
     from typer._click import Command, Context  # Typer's vendored click
@@ -82,6 +82,7 @@ for _name in ("profile", "traces"):
     app.command(_name, help=LAZY_COMMANDS[_name][1])(_stand_in)
 app.add_typer(plot.app, name="plot")
 record.register(app)
+live.register(app)
 
 
 def main() -> None:
