@@ -133,6 +133,7 @@ class Engine:
         self.drafter = scenario.policy.drafter
         self.per_request_kv = profile.kv_model != "legacy-grid"
         self.attn_coef_s = profile.attention_compute_coef_ms / 1e3  # per (query, KV token)
+        self.attn_adds = profile.attention_compute_adds  # FLOPs add to the KV read (else max)
         self.prefill_first = cl.prefill.schedule == "prefill-first"
         self.max_context_tokens = cl.max_context_tokens or (1 << 62)
         self.reserve = traces.gamma + 1 if self.drafts else 1  # KV slots a step may write
@@ -359,8 +360,8 @@ class Engine:
                         survival=self.t_surv.take(rows, axis=0),
                         fixed_tokens=fixed,
                         max_tokens=self.max_batch_tokens,
-                        cost=StepCost(profile, draft_s, context_mean, kv_s, attn_mem_s,
-                                      attn_token_s, prefill_tokens),
+                        cost=StepCost(profile, draft_s, context_mean, kv_s,
+                                      0.0 if self.attn_adds else attn_mem_s, attn_token_s, prefill_tokens),
                         step_index=self.step_index,
                         accepted=self.t_acc.take(rows) if policy.reads_outcome else None,
                     )
@@ -385,8 +386,9 @@ class Engine:
                 verify_s = profile.prefill_dense_s(batch_tokens) + kv_s
             else:
                 verify_s = profile.verify_s_scalar(batch_tokens) + kv_s
-                if attn_token_s:  # compute-bound attention (MLA): max(KV read, FLOPs)
-                    verify_s += max(attn_token_s * (batch_tokens - prefill_tokens) - attn_mem_s, 0.0)
+                if attn_token_s:  # compute-bound attention (MLA): max(KV read, FLOPs), or their sum
+                    flops_s = attn_token_s * (batch_tokens - prefill_tokens)
+                    verify_s += flops_s if self.attn_adds else max(flops_s - attn_mem_s, 0.0)
             step_s = draft_s + verify_s + decision_s
             yield env.timeout(step_s)
 

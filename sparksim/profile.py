@@ -176,6 +176,14 @@ class Profile:
         return float(cm.get("attention_ms_per_query_kv_token", 0.0)) if isinstance(cm, dict) else 0.0
 
     @functools.cached_property
+    def attention_compute_adds(self) -> bool:
+        """True when the card's `cost_model.attention_compute` is `sum`: the attention FLOPs add to
+        attention.csv instead of overlapping it (`max`, the default, as a GPU overlaps memory and
+        compute). A CPU engine pays both, one after the other (the live engine's profile)."""
+        cm = self.card.get("cost_model") or {}
+        return isinstance(cm, dict) and cm.get("attention_compute", "max") == "sum"
+
+    @functools.cached_property
     def step_limit(self) -> float:
         """Largest batch that pads up in `step` mode: the largest CUDA-graph size if the card
         lists them (beyond it the engine runs eagerly and cost interpolates), else no limit."""
@@ -771,6 +779,9 @@ def _check_cost_card(card: dict[str, Any], problems: list[str]) -> None:
         if not isinstance(cm, dict) or (coef is not None and not _nonneg(coef)):
             problems.append(f"card.yaml: cost_model.prefill_attention_ms_per_token_sq={coef!r} "
                             "must be a number >= 0")
+        how = cm.get("attention_compute", "max") if isinstance(cm, dict) else "max"
+        if how not in ("max", "sum"):
+            problems.append(f"card.yaml: cost_model.attention_compute={how!r} must be max or sum")
     mem = card.get("memory")
     if mem is None:
         return

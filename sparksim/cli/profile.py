@@ -41,6 +41,50 @@ def fitted(
     write_profile(out, verify, card, extra=extra)
     console.print(f"[green]wrote[/] {out} (DistServe's {engine} fit, published figures)", highlight=False)
 
+@app.command("live")
+@friendly_errors
+def live(
+    target: Path = typer.Option(Path("models/tinylm-d128-l6/target"), "--target", help="built-in target folder"),
+    drafter: Path | None = typer.Option(Path("models/tinylm-d128-l6/dspark"), "--drafter", help="drafter folder (omit: plain decoding only)"),
+    requests: str = typer.Option("1,2,4,8,16,24,32,48", "--requests", help="request counts R"),
+    contexts: str = typer.Option("64,256,640", "--contexts", help="context tokens per request (two or more)"),
+    prompt_lengths: str = typer.Option("16,64,128,256,512", "--prompt-lengths", help="prompt lengths of the prefill points"),
+    replays: int = typer.Option(5, "--replays", help="timed replays per point (median kept)"),
+    warmup: int = typer.Option(2, "--warmup", help="untimed replays per point and round"),
+    rounds: int = typer.Option(2, "--rounds", help="interleaved rounds over the whole grid"),
+    threads: int = typer.Option(1, "--threads", help="torch threads (as `sparksim live` runs)"),
+    out: Path = typer.Option(Path("profiles/cpu-tinylm-d128-live-measured"), "--out", help="profile folder to write"),
+    note: str = typer.Option("", "--note", help="a remark for the card"),
+) -> None:
+    """Measure the live engine's own step functions (sparksim live) into a profile the simulator reads."""
+    import sys
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from sparksim.cli.record import _need_torch
+
+    _need_torch()
+    from sparksim.live.engine import LiveModels
+    from sparksim.live.profile import LiveProfileConfig, measure, write_live_profile
+    from sparksim.profiling.sweep import parse_int_list
+
+    cfg = LiveProfileConfig(parse_int_list(requests, "--requests"), parse_int_list(contexts, "--contexts"),
+                            parse_int_list(prompt_lengths, "--prompt-lengths"), replays, warmup, rounds,
+                            threads=threads)
+    models = LiveModels.load(target, drafter)
+    cfg.check(models)
+    positions = models.gamma + 1 if models.drafter is not None else 1
+    total = rounds * (len(cfg.requests) * len(cfg.contexts) * positions + len(cfg.prompt_lengths))
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err_console, transient=False) as bar:
+        task = bar.add_task("profiling the live engine", total=total)
+        points, prefill = measure(models, cfg, lambda label: bar.update(task, advance=1, description=label))
+    command = "sparksim " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    path = write_live_profile(out, models, cfg, points, prefill, command, note)
+    console.print(f"[green]wrote[/] {path} ({len(points)} decode points, {len(prefill)} prefill points)",
+                  highlight=False)
+
+
 DEFAULT_TOKENS = "1,2,4,8,16,32,64,128,256,512"
 
 

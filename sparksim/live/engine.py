@@ -123,7 +123,8 @@ def decode_cost(profile: Profile, m: int, kv_tokens: int, positions: int, drafte
     draft_s = profile.draft_step_s(m, positions, drafter, kv_tokens) if positions else 0.0
     attn = profile.attention_s(m, kv_tokens) if profile.kv_model != "legacy-grid" else 0.0
     coef = profile.attention_compute_coef_ms / 1e3
-    return StepCost(profile, draft_s, kv_tokens / m, attn, attn, coef * kv_tokens / m if coef else 0.0, 0)
+    return StepCost(profile, draft_s, kv_tokens / m, attn, 0.0 if profile.attention_compute_adds else attn,
+                    coef * kv_tokens / m if coef else 0.0, 0)
 
 
 Progress = Callable[[float, int], None]  # (seconds into the run, engine steps)
@@ -141,9 +142,9 @@ class DecodeOutcome:
     emitted: list[int]  # tokens emitted (after the cut)
     finished: list[LiveRequest]
     kv_tokens: int  # Σ (prompt + emitted) before the step: the simulator's KV measure
-    draft_s: float
-    decision_s: float
-    verify_s: float  # target forward, rejection sampling, the drafter's context, emission
+    draft_s: float  # drafting, sampling the drafts, and writing the drafter's context for kept tokens
+    decision_s: float  # the policy's decide
+    verify_s: float  # the rest: target forward, rejection sampling, emission
     step_s: float
 
 
@@ -210,7 +211,6 @@ class LiveBatch:
             draft_s = t_dec - t_start
             lengths = choose(conf)
             decision_s = time.perf_counter() - t_dec
-        t_ver = time.perf_counter()
         ell = torch.from_numpy(lengths)
         rg = Ragged.build(starts, (ell + 1).tolist())
         ids = anchor_ids[rg.row].clone()
@@ -220,7 +220,10 @@ class LiveBatch:
         logits, hidden = target_step(self.models.target, self.kv, 0, ids, rg)
         acc, new = self._accept(logits, rg, ell, d)
         if self.dkv is not None and self.models.drafter is not None:
+            # the drafter's share of the step: its context for the tokens the target kept
+            t_inj = time.perf_counter()
             inject_context(self.models.drafter, self.dkv, hidden, rg.col <= acc[rg.row], rg.row, rg.pos)
+            draft_s += time.perf_counter() - t_inj
         acc_l, new_l = acc.tolist(), new.tolist()
         drafts = d.tokens[:, 0].tolist() if d is not None else None
         emitted, finished = [], []
@@ -241,7 +244,7 @@ class LiveBatch:
                 finished.append(r)
         t_end = time.perf_counter()
         return DecodeOutcome(lengths, acc_l, emitted, finished, sum(starts) + m, draft_s, decision_s,
-                             t_end - t_ver, t_end - t_start)
+                             t_end - t_start - draft_s - decision_s, t_end - t_start)
 
     def _accept(self, logits: torch.Tensor, rg: Ragged, ell: torch.Tensor, d: Any
                 ) -> tuple[torch.Tensor, torch.Tensor]:

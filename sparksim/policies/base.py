@@ -40,7 +40,7 @@ class StepCost:
     draft_s: float  # drafter cost for this step's requests and drafted positions (0: no drafting)
     context: float  # mean KV context per request, tokens (prices KV in a legacy-grid profile)
     kv_s: float = 0.0  # KV reads of the batch and prompt-chunk attention, seconds
-    attn_mem_s: float = 0.0  # of kv_s: the decode requests' KV read
+    attn_mem_s: float = 0.0  # of kv_s: the decode requests' KV read that attention FLOPs overlap (0: they add)
     attn_token_s: float = 0.0  # attention compute per decode token at this batch's contexts
     prefill_tokens: int = 0  # prompt tokens in the step (they do not query the decode KV)
 

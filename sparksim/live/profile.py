@@ -1,0 +1,272 @@
+"""Profile the live engine's own step functions into a simulator profile.
+
+The simulator prices a step as dense(T) + attention(R, K) + draft(R, positions) + prefill
+terms (docs/profiles.md). Here those terms are measured on the live engine itself: the
+same `LiveBatch.decode` and `LiveBatch.prefill` calls, the same models, the same threads,
+so the simulator run on this profile prices a step as the live engine pays for it.
+
+A decode point is R requests, each holding C tokens of context, each verifying ℓ = p
+drafts after drafting p positions (p = 0: plain decoding, no drafter): T = R·(1 + p) tokens,
+K = R·(C + 1) KV tokens. Each point is replayed (state restored between replays) and its
+median kept; rounds interleave the whole grid to spread a shared machine's noise. The
+medians are then fitted by least squares:
+
+    verify_ms = c0 + c1·T + c2·R + c3·K + c4·T·K/R      (c4: attention FLOPs per (query, KV token))
+    draft_ms  = d0 + d1·R + d2·R·p + d3·p + d4·K          (p ≥ 1)
+    prefill   = a + b·q + c·q²                             (one prompt of q tokens)
+
+and written as verify.csv (c0 + c1·T), attention.csv (c2·R + c3·K by request count), the
+card's `cost_model.attention_ms_per_query_kv_token` = c4 with `attention_compute: sum`,
+draft-<kind>.csv (d0 + d1·R + d2·R·p + d3·p, with `kv_ms_per_token` = d4), prefill.csv
+(a + b·q) and `prefill_attention_ms_per_token_sq` = c. The card keeps every measured
+point, the fits' coefficients and their residuals.
+"""
+
+from __future__ import annotations
+
+import math
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from sparksim.errors import ConfigError
+from sparksim.live.engine import LiveBatch, LiveModels, LiveRequest
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class LiveProfileConfig:
+    """What the live profile measures."""
+
+    requests: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 24, 32, 48])
+    contexts: list[int] = field(default_factory=lambda: [64, 256, 640])
+    prompt_lengths: list[int] = field(default_factory=lambda: [16, 64, 128, 256, 512])
+    replays: int = 5
+    warmup: int = 2
+    rounds: int = 2
+    seed: int = 0
+    threads: int = 1
+
+    def check(self, models: LiveModels) -> None:
+        top = models.target.cfg.max_seq_len
+        if not self.requests or min(self.requests) < 1:
+            raise ConfigError(f"--requests {self.requests}: need request counts >= 1")
+        if len(set(self.contexts)) < 2 or min(self.contexts) < 1:
+            raise ConfigError(f"--contexts {self.contexts}: need two or more contexts >= 1 (the KV "
+                              "slope is fitted over them)")
+        if max(self.contexts) + models.gamma + 2 > top:
+            raise ConfigError(f"--contexts {max(self.contexts)} + γ+2 is past the target's max_seq_len={top}")
+        if len(set(self.prompt_lengths)) < 3 or max(self.prompt_lengths) > top:
+            raise ConfigError(f"--prompt-lengths {self.prompt_lengths}: need 3 or more distinct lengths "
+                              f"<= {top}")
+        if self.replays < 1 or self.warmup < 0 or self.rounds < 1:
+            raise ConfigError("--replays and --rounds must be >= 1, --warmup >= 0")
+
+
+def _requests(n: int, context: int, gen: torch.Generator) -> list[LiveRequest]:
+    ids = torch.randint(0, 256, (n, context), generator=gen).tolist()
+    return [LiveRequest(i, -1, 0, 0, 0.0, ids[i]) for i in range(n)]
+
+
+def _verify_all(conf: np.ndarray[Any, np.dtype[np.float64]]) -> np.ndarray[Any, np.dtype[np.int64]]:
+    """Verify every drafted position (conf holds zeros past the drafted ones)."""
+    return (conf > 0).sum(axis=1).astype(np.int64)
+
+
+def measure(models: LiveModels, cfg: LiveProfileConfig, progress: Progress | None = None
+            ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Time decode points (R, C, p) and prompt-only steps; return (decode points, prefill points)."""
+    cfg.check(models)
+    torch.set_num_threads(cfg.threads)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    gamma = models.gamma
+    positions = list(range(gamma + 1)) if models.drafter is not None else [0]
+    top_r = max(cfg.requests)
+    samples: dict[tuple[int, int, int], list[tuple[float, float, float]]] = {}
+    pre: dict[int, list[float]] = {}
+    for _round in range(cfg.rounds):
+        for context in cfg.contexts:
+            batch = LiveBatch(models, top_r, gamma if models.drafter is not None else 0, temperature=1.0,
+                              max_new_tokens=1 << 30, seed=cfg.seed)
+            reqs = _requests(top_r, context, gen)
+            for lo in range(0, top_r, 8):  # prefill in groups: the padded attention stays small
+                batch.prefill(reqs[lo: lo + 8], time.perf_counter)
+            first = [r.tokens[0] for r in reqs]
+            dkv = batch.dkv
+            for r_count in cfg.requests:
+                for p in positions:
+                    batch.running = reqs[:r_count]
+                    batch.positions = p
+                    batch.dkv = dkv if p else None  # plain decoding keeps no drafter context
+                    got = samples.setdefault((r_count, context, p), [])
+                    for k in range(cfg.warmup + cfg.replays):
+                        out = batch.decode(_verify_all)
+                        for r, tok in zip(reqs[:r_count], first, strict=False):  # restore
+                            r.length, r.tokens = context, [tok]
+                        if k >= cfg.warmup:
+                            got.append((out.verify_s * 1e3, out.draft_s * 1e3, out.step_s * 1e3))
+                    if progress is not None:
+                        progress(f"decode R={r_count} C={context} p={p}")
+        batch = LiveBatch(models, 1, gamma if models.drafter is not None else 0, temperature=1.0,
+                          max_new_tokens=1 << 30, seed=cfg.seed)
+        for q in cfg.prompt_lengths:
+            for k in range(cfg.warmup + cfg.replays):
+                batch.running = []
+                _, secs = batch.prefill(_requests(1, q, gen), time.perf_counter)
+                if k >= cfg.warmup:
+                    pre.setdefault(q, []).append(secs * 1e3)
+            if progress is not None:
+                progress(f"prefill q={q}")
+    rows = []
+    for (r_count, context, p), vals in sorted(samples.items()):
+        arr = np.asarray(vals)
+        rows.append({"requests": r_count, "context": context, "positions": p,
+                     "tokens": r_count * (1 + p), "kv_tokens": r_count * (context + 1),
+                     "verify_ms": float(np.median(arr[:, 0])), "draft_ms": float(np.median(arr[:, 1])),
+                     "step_ms": float(np.median(arr[:, 2])),
+                     "verify_min_ms": float(arr[:, 0].min()), "verify_max_ms": float(arr[:, 0].max()),
+                     "replays": len(vals)})
+    prefill = pd.DataFrame([{"tokens": q, "prefill_ms": float(np.median(v)), "min_ms": float(min(v)),
+                             "max_ms": float(max(v)), "replays": len(v)} for q, v in sorted(pre.items())])
+    return pd.DataFrame(rows), prefill
+
+
+# --------------------------------------------------------------------------- fits
+
+
+@dataclass(frozen=True)
+class LinearFit:
+    """Least squares y ≈ X·coef over named columns, with its residuals."""
+
+    names: tuple[str, ...]
+    coef: tuple[float, ...]
+    rel_residuals: tuple[float, ...]  # (fit − measured) / measured per point
+
+    def summary(self) -> dict[str, Any]:
+        rel = np.abs(np.asarray(self.rel_residuals))
+        return {"coefficients_ms": {n: _r(c) for n, c in zip(self.names, self.coef, strict=True)},
+                "points": len(rel), "mean_abs_rel_residual": _r(float(rel.mean())),
+                "max_abs_rel_residual": _r(float(rel.max()))}
+
+
+def fit_linear(columns: dict[str, np.ndarray[Any, Any]], y: np.ndarray[Any, Any]) -> LinearFit:
+    """Fit non-negative coefficients (scipy's NNLS: a cost term cannot be negative), rows weighted by 1/y."""
+    from scipy.optimize import nnls
+
+    names = tuple(columns)
+    x = np.stack([np.asarray(columns[n], np.float64) for n in names], axis=1)
+    w = 1.0 / np.asarray(y, np.float64)  # relative error: small steps count as much as large ones
+    coef, _ = nnls(x * w[:, None], y * w)
+    fit = x @ coef
+    return LinearFit(names, tuple(float(c) for c in coef), tuple(((fit - y) / y).tolist()))
+
+
+def fit_decode(points: pd.DataFrame) -> tuple[LinearFit, LinearFit | None]:
+    """Fit the verify and draft models of the module docstring to the measured decode points."""
+    t = points["tokens"].to_numpy(np.float64)
+    r = points["requests"].to_numpy(np.float64)
+    k = points["kv_tokens"].to_numpy(np.float64)
+    verify = fit_linear({"c0": np.ones_like(t), "c1_per_token": t, "c2_per_request": r,
+                         "c3_per_kv_token": k, "c4_per_query_kv_token": t * k / r},
+                        points["verify_ms"].to_numpy(np.float64))
+    d = points[points["positions"] > 0]
+    if d.empty:
+        return verify, None
+    r, p, k = (d[c].to_numpy(np.float64) for c in ("requests", "positions", "kv_tokens"))
+    draft = fit_linear({"d0": np.ones_like(r), "d1_per_request": r, "d2_per_request_position": r * p,
+                        "d3_per_position": p, "d4_per_kv_token": k}, d["draft_ms"].to_numpy(np.float64))
+    return verify, draft
+
+
+# --------------------------------------------------------------------------- the profile folder
+
+
+def write_live_profile(out: Path, models: LiveModels, cfg: LiveProfileConfig, points: pd.DataFrame,
+                       prefill: pd.DataFrame, command: str, note: str = "") -> Path:
+    """Fit the measured points and write a profile folder (validated before it lands)."""
+    from sparksim.profile import write_profile
+    from sparksim.profiling.card import cpu_name
+    from sparksim.profiling.fit import fit_prefill
+
+    verify, draft = fit_decode(points)
+    c0, c1, c2, c3, c4 = verify.coef
+    top_t = max(int(points["tokens"].max()), 512)
+    tokens = sorted({1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512, top_t})
+    verify_csv = pd.DataFrame({"tokens": tokens, "step_ms": [c0 + c1 * x for x in tokens]})
+    req_rows = sorted({1, *cfg.requests, 2 * max(cfg.requests), 256})
+    k_top = int(points["kv_tokens"].max()) * 4
+    attention = pd.DataFrame([{"requests": rr, "kv_tokens": kk, "attn_ms": c2 * rr + c3 * kk}
+                              for rr in req_rows for kk in (0, k_top)])
+    pfit = fit_prefill(prefill["tokens"].tolist(), prefill["prefill_ms"].tolist())
+    p_tokens = sorted({1, *prefill["tokens"].tolist(), 4096})
+    prefill_csv = pd.DataFrame({"tokens": p_tokens,
+                                "prefill_ms": [max(pfit.a_ms + pfit.b_ms_per_token * q, 1e-6) for q in p_tokens]})
+    extra: dict[str, pd.DataFrame] = {"attention.csv": attention, "prefill.csv": prefill_csv,
+                                      "points.csv": points, "prefill_points.csv": prefill}
+    cfg_t = models.target.cfg
+    card: dict[str, Any] = {
+        "source": "measured",
+        "hardware": f"{cpu_name()} ({cfg.threads} torch thread{'s' if cfg.threads != 1 else ''})",
+        "model": f"sparksim-tinylm d={cfg_t.d_model} L={cfg_t.n_layers} heads={cfg_t.n_heads} ff={cfg_t.d_ff}",
+        "dtype": "fp32",
+        "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "command": command,
+        "engine": "sparksim live (LiveBatch.decode / LiveBatch.prefill: the live engine's own step "
+                  f"functions), PyTorch {torch.__version__} eager, Python {platform.python_version()}",
+        "models": models.info,
+        "what_a_point_is": "R requests of C context tokens each (random byte contexts), each drafting p "
+                           "positions and verifying all p (p = 0: plain decoding, no drafter); median of "
+                           f"{cfg.replays} replays x {cfg.rounds} interleaved rounds after {cfg.warmup} "
+                           "warm-ups per round; state restored between replays",
+        "files": {
+            "points.csv": "every measured decode point (the simulator does not read it)",
+            "prefill_points.csv": "every measured prompt-only step (not read by the simulator)",
+            "verify.csv": "c0 + c1*T of the verify fit",
+            "attention.csv": "c2*R + c3*K of the verify fit, by request count",
+            "prefill.csv": "a + b*q of the prefill fit",
+        },
+        "cost_model": {
+            "kind": "tokens+kv (sparksim.profile), least squares over the live engine's measured steps",
+            "attention_ms_per_query_kv_token": c4,
+            "attention_compute": "sum",
+            "prefill_attention_ms_per_token_sq": pfit.coef_ms_per_token_sq,
+            "verify_fit": {"model": "verify_ms = c0 + c1*T + c2*R + c3*K + c4*T*K/R (non-negative least "
+                                    "squares, relative error)", **verify.summary()},
+            "prefill_fit": pfit.summary(),
+        },
+        "memory_note": "the live engine preallocates its KV caches; capacity is max_concurrency slots",
+        "grid": {"requests": cfg.requests, "contexts": cfg.contexts, "prompt_lengths": cfg.prompt_lengths},
+    }
+    if draft is not None and models.drafter is not None:
+        d0, d1, d2, d3, d4 = draft.coef
+        name = f"{models.drafter.cfg.kind}-{models.drafter.cfg.n_layers}"
+        req = sorted({1, *cfg.requests, 2 * max(cfg.requests), 256})
+        table = pd.DataFrame([{"positions": p, "requests": rr, "draft_ms": d0 + d1 * rr + d2 * rr * p + d3 * p}
+                              for p in range(1, models.gamma + 1) for rr in req])
+        extra[f"draft-{name}.csv"] = table
+        card["files"][f"draft-{name}.csv"] = "d0 + d1*R + d2*R*p + d3*p of the draft fit (KV from kv_ms_per_token)"
+        card["drafters"] = {name: {
+            "file": f"draft-{name}.csv", "kind": "block", "num_layers": models.drafter.cfg.n_layers,
+            "gamma": models.gamma, "kv_ms_per_token": d4,
+            "source": "measured: the live engine's drafting (backbone, Markov-head sampling, confidences) "
+                      "plus writing the drafter's context for the tokens the target kept; fit "
+                      "draft_ms = d0 + d1*R + d2*R*p + d3*p + d4*K",
+            "fit": draft.summary(),
+        }}
+        card["default_drafter"] = name
+    if note:
+        card["note"] = note
+    return write_profile(out, verify_csv, card, extra=extra)
+
+
+def _r(x: float) -> float:
+    return float(f"{x:.5g}") if math.isfinite(x) else x
