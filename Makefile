@@ -1,7 +1,10 @@
-# Rebuild the recorded trace sets from scratch, on CPU, with fixed seeds.
+# The trained models, the recorded trace sets and the live-engine fidelity check, on CPU, with fixed seeds.
 #
-#   make recorded-traces        # about 1.5 h on a 2-core machine; checkpoints go under checkpoints/ (git-ignored)
-#   make recorded-traces THREADS=4
+#   make recorded-traces        # record both trace sets from the shipped models/ (minutes)
+#   make retrain                # retrain target and drafters from scratch into checkpoints/ (git-ignored),
+#                               # then copy them into models/ with a card (about 1.5 h on 2 cores; -j2 runs
+#                               # the two drafters in parallel)
+#   make fidelity               # profile the live engine, run it (minutes), compare with the simulator
 #
 # Training stops at --steps or at the wall-clock cap (--max-minutes), whichever comes first, so on a
 # faster or slower machine the weights (and hence the traces) differ; seeds fix data, init and sampling.
@@ -10,20 +13,31 @@ SPARKSIM ?= .venv/bin/sparksim
 THREADS  ?= 1
 CK       := checkpoints
 TARGET   := tinylm-d128-l6
+MODELS   := models/$(TARGET)
+PYTHON   ?= .venv/bin/python
 TRACES   := traces
 GAMMA    := 7
 TEMP     := 1.0
-MAXNEW   := 256
+MAXNEW   := 512
+DSTEPS   := 8000
+DMINUTES := 55
 
-.PHONY: recorded-traces drafter-data drafter-target drafter-dspark drafter-dflash clean-drafter
+.PHONY: recorded-traces retrain models fidelity live-profile drafter-data drafter-target drafter-dspark \
+        drafter-dflash clean-drafter
 .SECONDARY:  # keep the checkpoints and calibration files that pattern rules build
 
-recorded-traces: $(TRACES)/$(TARGET)-dspark-recorded/card.yaml $(TRACES)/$(TARGET)-dflash-recorded/card.yaml \
-                 $(CK)/target/hf/config.json
+recorded-traces: $(TRACES)/$(TARGET)-dspark-recorded/card.yaml $(TRACES)/$(TARGET)-dflash-recorded/card.yaml
+
+retrain: drafter-dspark drafter-dflash $(CK)/target/hf/config.json
+	$(PYTHON) scripts/ship_models.py
+
+models: $(MODELS)/card.yaml
+$(MODELS)/card.yaml:
+	@echo "models/ is missing: run make retrain" && false
 
 drafter-data: $(CK)/data/train.jsonl
 $(CK)/data/train.jsonl:
-	$(SPARKSIM) build-prompts --out $(CK)/data --seed 0 --train-per-domain 400 --val-per-domain 40 --test-per-domain 100
+	$(SPARKSIM) build-prompts --out $(CK)/data --seed 0 --train-per-domain 600 --val-per-domain 40 --test-per-domain 300
 
 drafter-target: $(CK)/target/model/model.safetensors
 $(CK)/target/model/model.safetensors: $(CK)/data/train.jsonl
@@ -37,18 +51,29 @@ $(CK)/target/hf/config.json: $(CK)/target/model/model.safetensors
 
 $(CK)/%/drafter/drafter.safetensors: $(CK)/target/model/model.safetensors
 	$(SPARKSIM) train-drafter --target $(CK)/target/model --prompts $(CK)/data/train.jsonl --out $(CK)/$* \
-	  --kind $* --gamma $(GAMMA) --layers 2 --markov-rank 64 --steps 2000 --batch-size 8 --anchors 64 \
-	  --lr 1e-3 --max-new-tokens $(MAXNEW) --temperature $(TEMP) --max-minutes 15 --seed 0 --threads $(THREADS)
+	  --kind $* --gamma $(GAMMA) --layers 2 --markov-rank 64 --steps $(DSTEPS) --batch-size 8 --anchors 64 \
+	  --lr 1e-3 --max-new-tokens $(MAXNEW) --temperature $(TEMP) --max-minutes $(DMINUTES) --seed 0 --threads $(THREADS)
 
 $(CK)/%/drafter/calibration.json: $(CK)/%/drafter/drafter.safetensors
 	$(SPARKSIM) calibrate --target $(CK)/target/model --drafter $(CK)/$*/drafter --prompts $(CK)/data/val.jsonl \
 	  --temperature $(TEMP) --max-new-tokens $(MAXNEW) --seed 1 --threads $(THREADS)
 
-$(TRACES)/$(TARGET)-%-recorded/card.yaml: $(CK)/%/drafter/calibration.json
-	$(SPARKSIM) record --target $(CK)/target/model --drafter $(CK)/$*/drafter --prompts $(CK)/data/test.jsonl \
+$(TRACES)/$(TARGET)-%-recorded/card.yaml: $(MODELS)/card.yaml
+	$(SPARKSIM) record --target $(MODELS)/target --drafter $(MODELS)/$* --prompts $(MODELS)/data/test.jsonl \
 	  --gamma $(GAMMA) --temperature $(TEMP) --max-new-tokens $(MAXNEW) --seed 2 --threads $(THREADS) \
-	  --note "Rebuilt by make recorded-traces: 100 responses per domain, at most $(MAXNEW) new tokens." \
+	  --note "Recorded by make recorded-traces from the shipped models: 300 responses per domain, at most $(MAXNEW) new tokens." \
 	  --out $(TRACES)/$(TARGET)-$*-recorded
+
+# The live engine's own profile, then the live runs (resumable), then the comparison.
+LIVE_PROFILE := profiles/cpu-tinylm-d128-live-measured
+live-profile: $(LIVE_PROFILE)/card.yaml
+$(LIVE_PROFILE)/card.yaml: $(MODELS)/card.yaml
+	$(SPARKSIM) profile live --target $(MODELS)/target --drafter $(MODELS)/dspark --rounds 3 --threads 1 \
+	  --out $(LIVE_PROFILE)
+
+fidelity: $(LIVE_PROFILE)/card.yaml $(TRACES)/$(TARGET)-dspark-recorded/card.yaml
+	$(PYTHON) analyses/fidelity.py --measure
+	$(PYTHON) analyses/fidelity.py
 
 drafter-dspark: $(CK)/dspark/drafter/calibration.json
 drafter-dflash: $(CK)/dflash/drafter/calibration.json

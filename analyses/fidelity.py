@@ -62,7 +62,9 @@ def scenario(policy: str, users: int, seed: int) -> dict[str, Any]:
     return {
         "name": "fidelity", "seed": seed, "profile": PROFILE, "traces": TRACES,
         "cluster": {"replicas": 1, "max_concurrency": users, "kv_capacity_tokens": "unlimited",
-                    "prefill": {"mode": "colocated", "schedule": "prefill-first"}},
+                    "prefill": {"mode": "colocated", "schedule": "prefill-first"},
+                    # the live engine decides synchronously; the profile holds what deciding costs it
+                    "pipeline": "sync", "decision_s": "profile"},
         "workload": {"kind": "closed", "concurrency": users},
         "policy": {"name": name, **{k: int(v) for k, v in params.items()}},
         "run": {"duration_s": DURATION_S},

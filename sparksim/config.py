@@ -76,8 +76,9 @@ class ClusterConfig(_Model):
     max_batch_tokens: int = Field(8192, gt=0, description="token limit of one step (B cap)")
     prefill: PrefillConfig = Field(default_factory=PrefillConfig)
     pipeline: Literal["zos", "sync"] = "zos"
-    decision_s: float | Literal["measured"] = Field(
-        0.0, description="sync: policy decision time per step, seconds or 'measured'"
+    decision_s: float | Literal["measured", "profile"] = Field(
+        0.0, description="sync: policy decision time per step, seconds, 'measured' (timed here) or "
+        "'profile' (the profile card's cost_model.decision_ms per policy and request count)"
     )
 
     @model_validator(mode="after")

@@ -128,6 +128,7 @@ class Engine:
         self.sync_decision = cl.pipeline == "sync"
         self.decision_const_s = cl.decision_s if isinstance(cl.decision_s, float) else 0.0
         self.measure_decision = cl.pipeline == "sync" and cl.decision_s == "measured"
+        self.profiled_decision = cl.pipeline == "sync" and cl.decision_s == "profile"
         self.drafts = policy.drafts
         self.draft_positions = policy.draft_positions
         self.drafter = scenario.policy.drafter
@@ -353,6 +354,8 @@ class Engine:
                 if self.drafts:
                     # sync pipeline: the GPU waits for the policy (no decision without a drafter)
                     decision_s = self.decision_const_s if self.sync_decision else 0.0
+                    if self.profiled_decision:
+                        decision_s = profile.decision_s(policy.name, m)
                     draft_s = draft_cost(m, self.draft_positions, self.drafter, kv_tokens)
                     batch = StepBatch(
                         request_ids=st[RID, :m].copy(),  # policies may keep it across steps

@@ -176,6 +176,22 @@ class Profile:
         return float(cm.get("attention_ms_per_query_kv_token", 0.0)) if isinstance(cm, dict) else 0.0
 
     @functools.cached_property
+    def decision_table(self) -> dict[str, tuple[float, float]]:
+        """Per policy name, (a ms, b ms per request) of its decision step (card `cost_model.decision_ms`).
+
+        Measured by `sparksim profile live`: what the engine spends on the critical path asking a
+        policy for ℓ (building its batch, reading the cost model, `decide`, checking the answer).
+        """
+        cm = self.card.get("cost_model") or {}
+        table = cm.get("decision_ms", {}) if isinstance(cm, dict) else {}
+        return {str(k): (float(v["a_ms"]), float(v["b_ms_per_request"])) for k, v in (table or {}).items()}
+
+    def decision_s(self, policy: str, requests: int) -> float:
+        """Seconds a step spends deciding for `requests` requests under `policy` (0 if not profiled)."""
+        a, b = self.decision_table.get(policy, (0.0, 0.0))
+        return (a + b * requests) / 1e3
+
+    @functools.cached_property
     def attention_compute_adds(self) -> bool:
         """True when the card's `cost_model.attention_compute` is `sum`: the attention FLOPs add to
         attention.csv instead of overlapping it (`max`, the default, as a GPU overlaps memory and
@@ -779,6 +795,11 @@ def _check_cost_card(card: dict[str, Any], problems: list[str]) -> None:
         if not isinstance(cm, dict) or (coef is not None and not _nonneg(coef)):
             problems.append(f"card.yaml: cost_model.prefill_attention_ms_per_token_sq={coef!r} "
                             "must be a number >= 0")
+        dec = cm.get("decision_ms") if isinstance(cm, dict) else None
+        for name, v in (dec.items() if isinstance(dec, dict) else [] if dec is None else [("", dec)]):
+            if not (isinstance(v, dict) and _nonneg(v.get("a_ms")) and _nonneg(v.get("b_ms_per_request"))):
+                problems.append(f"card.yaml: cost_model.decision_ms.{name}={v!r} must be a mapping with "
+                                "a_ms and b_ms_per_request >= 0")
         how = cm.get("attention_compute", "max") if isinstance(cm, dict) else "max"
         if how not in ("max", "sum"):
             problems.append(f"card.yaml: cost_model.attention_compute={how!r} must be max or sum")

@@ -127,6 +127,11 @@ def load_inputs(
                 f"policy {scenario.policy.name!r} drafts {policy.draft_positions} positions but "
                 f"drafter {table.name!r} of profile={scenario.profile!r} is profiled up to {top} "
                 "(extrapolating is an error under --strict)")
+    if (cl.pipeline == "sync" and cl.decision_s == "profile" and policy.drafts
+            and policy.name not in profile.decision_table):
+        raise ConfigError(
+            f"cluster.decision_s=profile: profile={scenario.profile!r} has no decision time for policy "
+            f"{policy.name!r} (cost_model.decision_ms has {sorted(profile.decision_table) or 'none'})")
     kv_capacity = kv_capacity_tokens(scenario, profile)
     wl = scenario.workload
     if wl.kind == "closed" and wl.concurrency > cl.max_concurrency * cl.replicas:

@@ -127,6 +127,34 @@ def decode_cost(profile: Profile, m: int, kv_tokens: int, positions: int, drafte
                     coef * kv_tokens / m if coef else 0.0, 0)
 
 
+def choose_lengths(policy: Policy, profile: Profile, conf: np.ndarray[Any, np.dtype[np.float64]],
+                   request_ids: list[int], kv_tokens: int, step_index: int, max_batch_tokens: int,
+                   positions: int, drafter: str | None) -> tuple[StepBatch, np.ndarray[Any, np.dtype[np.int64]]]:
+    """Ask the policy for ℓ as the simulator's engine asks it (same StepBatch, same cost), and check it.
+
+    `conf` (m, γ) holds the calibrated confidences of the drafted positions (zeros past them).
+    Raises LiveError naming the step and the policy if the policy raises or answers out of range.
+    """
+    m = len(request_ids)
+    batch = StepBatch(
+        request_ids=np.array(request_ids, np.int64), conf=conf, survival=np.cumprod(conf, axis=1),
+        fixed_tokens=m, max_tokens=max_batch_tokens,
+        cost=decode_cost(profile, m, kv_tokens, positions, drafter), step_index=step_index)
+    try:
+        lengths = np.asarray(policy.decide(batch), dtype=np.int64)
+    except Exception as exc:
+        raise LiveError(f"step {step_index}: policy {policy.label()!r} raised "
+                        f"{type(exc).__name__}: {exc}") from exc
+    if lengths.shape != (m,) or (lengths < 0).any() or (lengths > positions).any():
+        raise LiveError(f"step {step_index}: policy {policy.label()!r} returned lengths "
+                        f"{lengths.tolist()} for {m} requests (each must be in 0..{positions}, the "
+                        "positions drafted)")
+    if m + int(lengths.sum()) > max_batch_tokens:
+        raise LiveError(f"step {step_index}: policy {policy.label()!r} sent "
+                        f"{m + int(lengths.sum())} tokens, over max_batch_tokens={max_batch_tokens}")
+    return batch, lengths
+
+
 Progress = Callable[[float, int], None]  # (seconds into the run, engine steps)
 
 
@@ -421,27 +449,11 @@ class LiveEngine:
                 self._finish(r, r.first_token_at)
 
     def _choose(self, conf: np.ndarray[Any, np.dtype[np.float64]]) -> np.ndarray[Any, np.dtype[np.int64]]:
-        """Ask the policy, exactly as the simulator's engine does, and check what it returns."""
         running = self.batch.running
-        m, p = len(running), self.positions
-        kv_tokens = sum(r.length for r in running) + m
-        self._step_batch = batch = StepBatch(
-            request_ids=np.array([r.request_id for r in running], np.int64), conf=conf,
-            survival=np.cumprod(conf, axis=1), fixed_tokens=m, max_tokens=self.max_batch_tokens,
-            cost=decode_cost(self.profile, m, kv_tokens, p, self.scenario.policy.drafter),
-            step_index=self.step_index)
-        try:
-            lengths = np.asarray(self.policy.decide(batch), dtype=np.int64)
-        except Exception as exc:
-            raise LiveError(f"step {self.step_index}: policy {self.policy.label()!r} raised "
-                            f"{type(exc).__name__}: {exc}") from exc
-        if lengths.shape != (m,) or (lengths < 0).any() or (lengths > p).any():
-            raise LiveError(f"step {self.step_index}: policy {self.policy.label()!r} returned lengths "
-                            f"{lengths.tolist()} for {m} requests (each must be in 0..{p}, the "
-                            "positions drafted)")
-        if m + int(lengths.sum()) > self.max_batch_tokens:
-            raise LiveError(f"step {self.step_index}: policy {self.policy.label()!r} sent "
-                            f"{m + int(lengths.sum())} tokens, over max_batch_tokens={self.max_batch_tokens}")
+        self._step_batch, lengths = choose_lengths(
+            self.policy, self.profile, conf, [r.request_id for r in running],
+            sum(r.length for r in running) + len(running), self.step_index, self.max_batch_tokens,
+            self.positions, self.scenario.policy.drafter)
         return lengths
 
     def _decode_step(self) -> None:

@@ -18,8 +18,10 @@ medians are then fitted by least squares:
 and written as verify.csv (c0 + c1·T), attention.csv (c2·R + c3·K by request count), the
 card's `cost_model.attention_ms_per_query_kv_token` = c4 with `attention_compute: sum`,
 draft-<kind>.csv (d0 + d1·R + d2·R·p + d3·p, with `kv_ms_per_token` = d4), prefill.csv
-(a + b·q) and `prefill_attention_ms_per_token_sq` = c. The card keeps every measured
-point, the fits' coefficients and their residuals.
+(a + b·q) and `prefill_attention_ms_per_token_sq` = c. The decision step (asking a policy
+for ℓ, on the critical path of a synchronous engine) is timed per policy and request count
+into `cost_model.decision_ms` (a + b·R). The card keeps every measured point, the fits'
+coefficients and their residuals.
 """
 
 from __future__ import annotations
@@ -138,6 +140,61 @@ def measure(models: LiveModels, cfg: LiveProfileConfig, progress: Progress | Non
     prefill = pd.DataFrame([{"tokens": q, "prefill_ms": float(np.median(v)), "min_ms": float(min(v)),
                              "max_ms": float(max(v)), "replays": len(v)} for q, v in sorted(pre.items())])
     return pd.DataFrame(rows), prefill
+
+
+DECISION_POLICIES = ("static", "greedy", "argmax", "two-step", "threshold")
+
+
+def measure_decisions(profile_dir: Path, models: LiveModels, cfg: LiveProfileConfig
+                      ) -> dict[str, dict[str, Any]]:
+    """Time the live engine's decision step in place, per policy and request count.
+
+    Each point runs real `LiveBatch.decode` steps (drafting included, at the middle context) whose
+    choice goes through `choose_lengths` with the policy, as `LiveEngine` asks it, reading the cost
+    model just written; the step then verifies the whole block whatever the policy chose, so every
+    replay starts from the same state. Returns, per policy, a + b·R fitted by NNLS and the medians.
+    """
+    from sparksim.live.engine import choose_lengths
+    from sparksim.policies import make_policy
+    from sparksim.profile import load_profile
+
+    profile = load_profile(profile_dir)
+    drafter = str(profile.card.get("default_drafter")) if profile.drafters else None
+    context = sorted(cfg.contexts)[len(cfg.contexts) // 2]
+    gen = torch.Generator().manual_seed(cfg.seed + 1)
+    top_r = max(cfg.requests)
+    batch = LiveBatch(models, top_r, models.gamma, temperature=1.0, max_new_tokens=1 << 30, seed=cfg.seed)
+    reqs = _requests(top_r, context, gen)
+    for lo in range(0, top_r, 8):
+        batch.prefill(reqs[lo: lo + 8], time.perf_counter)
+    first = [r.tokens[0] for r in reqs]
+    out: dict[str, dict[str, Any]] = {}
+    for name in DECISION_POLICIES:
+        rows = []
+        for r_count in cfg.requests:
+            policy = make_policy(name, models.gamma, {})
+            batch.running = reqs[:r_count]
+            ids = list(range(r_count))
+            secs = []
+            for k in range(cfg.warmup + cfg.replays * cfg.rounds):
+                def choose(conf: np.ndarray[Any, np.dtype[np.float64]], k: int = k, pol: Any = policy,
+                           ids: list[int] = ids) -> np.ndarray[Any, np.dtype[np.int64]]:
+                    choose_lengths(pol, profile, conf, ids, len(ids) * (context + 1), k, 1 << 20,
+                                   models.gamma, drafter)
+                    return _verify_all(conf)
+                res = batch.decode(choose)
+                for req, tok in zip(reqs[:r_count], first, strict=False):
+                    req.length, req.tokens = context, [tok]
+                if k >= cfg.warmup:
+                    secs.append(res.decision_s * 1e3)
+            rows.append((r_count, float(np.median(secs))))
+        counts = np.array([x for x, _ in rows], np.float64)
+        ms = np.array([y for _, y in rows], np.float64)
+        fit = fit_linear({"a_ms": np.ones_like(counts), "b_ms_per_request": counts}, ms)
+        out[name] = {"a_ms": fit.coef[0], "b_ms_per_request": fit.coef[1],
+                     "max_abs_rel_residual": _r(float(np.abs(fit.rel_residuals).max())),
+                     "points": [{"requests": int(x), "median_ms": _r(y)} for x, y in rows]}
+    return out
 
 
 # --------------------------------------------------------------------------- fits
@@ -265,6 +322,12 @@ def write_live_profile(out: Path, models: LiveModels, cfg: LiveProfileConfig, po
         card["default_drafter"] = name
     if note:
         card["note"] = note
+    write_profile(out, verify_csv, card, extra=extra)
+    # the decision step reads the cost model just written: measure it on that profile, then add it
+    card["cost_model"]["decision_ms"] = measure_decisions(out, models, cfg)
+    card["cost_model"]["decision_note"] = (
+        "what the live engine spends per step asking the policy for its lengths (StepBatch, the cost "
+        "model's lookups, decide, checks): simulate with cluster.pipeline=sync, cluster.decision_s=profile")
     return write_profile(out, verify_csv, card, extra=extra)
 
 
