@@ -57,8 +57,6 @@ def live(
     note: str = typer.Option("", "--note", help="a remark for the card"),
 ) -> None:
     """Measure the live engine's own step functions (sparksim live) into a profile the simulator reads."""
-    import sys
-
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from sparksim.cli.record import _need_torch
@@ -79,7 +77,12 @@ def live(
                   TimeElapsedColumn(), console=err_console, transient=False) as bar:
         task = bar.add_task("profiling the live engine", total=total)
         points, prefill = measure(models, cfg, lambda label: bar.update(task, advance=1, description=label))
-    command = "sparksim " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    command = shlex.join([
+        "sparksim", "profile", "live", "--target", str(target),
+        *(["--drafter", str(drafter)] if drafter is not None else []), "--requests", requests,
+        "--contexts", contexts, "--prompt-lengths", prompt_lengths, "--replays", str(replays),
+        "--warmup", str(warmup), "--rounds", str(rounds), "--threads", str(threads), "--out", str(out),
+        *(["--note", note] if note else [])])
     path = write_live_profile(out, models, cfg, points, prefill, command, note)
     console.print(f"[green]wrote[/] {path} ({len(points)} decode points, {len(prefill)} prefill points)",
                   highlight=False)

@@ -1,0 +1,138 @@
+"""The live engine's profile: its fits recover known costs, it loads, and the simulator prices what it says.
+
+`sparksim profile live` times the live engine's own step functions; the simulator must then
+charge exactly the terms the card declares: attention FLOPs that add (`attention_compute:
+sum`) rather than overlap, and a per-policy decision time (`cluster.decision_s: profile`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from sparksim.config import parse_scenario
+from sparksim.errors import ConfigError
+from sparksim.profile import load_profile, write_profile
+from sparksim.runner import load_inputs, simulate
+
+
+def _points(coef: tuple[float, ...], draft: tuple[float, ...]) -> pd.DataFrame:
+    rows = []
+    c0, c1, c2, c3, c4 = coef
+    d0, d1, d2, d3, d4 = draft
+    for r in (1, 2, 4, 8, 16, 32):
+        for c in (64, 256, 640):
+            for p in range(8):
+                t, k = r * (1 + p), r * (c + 1)
+                rows.append({"requests": r, "context": c, "positions": p, "tokens": t, "kv_tokens": k,
+                             "verify_ms": c0 + c1 * t + c2 * r + c3 * k + c4 * t * k / r,
+                             "draft_ms": (d0 + d1 * r + d2 * r * p + d3 * p + d4 * k) if p else 0.0})
+    return pd.DataFrame(rows)
+
+
+def test_decode_fits_recover_the_costs_that_made_the_points() -> None:
+    """A fit that cannot find known coefficients in noiseless points would misprice every step."""
+    from sparksim.live.profile import fit_decode
+
+    verify, draft = fit_decode(_points((3.0, 0.05, 0.1, 3e-4, 1.5e-4), (1.5, 0.04, 0.035, 0.1, 5e-4)))
+    assert np.allclose(verify.coef, (3.0, 0.05, 0.1, 3e-4, 1.5e-4), rtol=1e-6)
+    assert draft is not None and np.allclose(draft.coef, (1.5, 0.04, 0.035, 0.1, 5e-4), rtol=1e-6)
+    assert max(abs(x) for x in verify.rel_residuals) < 1e-9
+
+
+def _profile(tmp: Path, *, adds: bool, decision: dict[str, dict[str, float]] | None = None) -> Path:
+    verify = pd.DataFrame({"tokens": [1, 4096], "step_ms": [2.0, 2.0 + 4095 * 0.05]})
+    attention = pd.DataFrame({"kv_tokens": [0, 1_000_000], "attn_ms": [0.0, 100.0]})  # 1e-4 ms per KV token
+    cm: dict[str, object] = {"attention_ms_per_query_kv_token": 2e-4,
+                             "attention_compute": "sum" if adds else "max"}
+    if decision is not None:
+        cm["decision_ms"] = decision
+    card = {"source": "synthetic", "hardware": "test", "model": "test", "dtype": "fp32", "date": "2026-11-30",
+            "command": "test", "cost_model": cm,
+            "drafters": {"d": {"file": "draft-d.csv", "kind": "block", "num_layers": 1, "gamma": 7}},
+            "default_drafter": "d"}
+    draft = pd.DataFrame([{"positions": p, "requests": r, "draft_ms": 1.0} for p in (1, 7) for r in (1, 64)])
+    return write_profile(tmp / ("sum" if adds else "max"), verify, card,
+                         extra={"attention.csv": attention, "draft-d.csv": draft})
+
+
+def _scenario(profile: Path, **cluster: object) -> dict[str, object]:
+    return {"profile": str(profile), "traces": "traces/synth-dspark-qwen3-8b", "lookup": "linear",
+            "cluster": {"max_concurrency": 4, "prefill": {"mode": "colocated", "schedule": "prefill-first"},
+                        **cluster},
+            "workload": {"kind": "closed", "concurrency": 4}, "policy": {"name": "static", "gamma": 3},
+            "run": {"duration_s": 2.0}}
+
+
+def test_attention_flops_add_to_the_kv_term_when_the_card_says_sum(tmp_path: Path) -> None:
+    """A CPU pays the KV term and the attention FLOPs one after the other; a GPU overlaps them (max)."""
+    steps = {}
+    for adds in (True, False):
+        res = simulate(parse_scenario(_scenario(_profile(tmp_path, adds=adds))))
+        assert res.steps is not None
+        steps[adds] = res.steps[res.steps["num_requests"] > 0].iloc[0]
+    s = steps[True]
+    m, t, k = int(s["num_requests"]), int(s["batch_tokens"]), int(s["kv_tokens"])
+    kv_ms, flops_ms = 1e-4 * k, 2e-4 * t * k / m
+    dense_ms = 2.0 + (t - 1) * 0.05
+    assert s["verify_s"] * 1e3 == pytest.approx(dense_ms + kv_ms + flops_ms, rel=1e-9)
+    assert steps[False]["verify_s"] * 1e3 == pytest.approx(dense_ms + max(kv_ms, flops_ms), rel=1e-9)
+
+
+def test_a_profiled_decision_time_is_charged_per_step(tmp_path: Path) -> None:
+    """cluster.decision_s=profile charges a + b·R of the card's decision_ms for the run's policy."""
+    prof = _profile(tmp_path, adds=True, decision={"static": {"a_ms": 0.25, "b_ms_per_request": 0.01}})
+    assert load_profile(prof).decision_s("static", 4) == pytest.approx(0.29e-3)
+    res = simulate(parse_scenario(_scenario(prof, pipeline="sync", decision_s="profile")))
+    assert res.steps is not None
+    decode = res.steps[res.steps["num_requests"] > 0]
+    want = (0.25 + 0.01 * decode["num_requests"]) / 1e3
+    assert np.allclose(decode["decision_s"], want)
+    # a policy the card has no decision time for is refused before simulating
+    sc = _scenario(prof, pipeline="sync", decision_s="profile")
+    sc["policy"] = {"name": "greedy"}
+    with pytest.raises(ConfigError, match="no decision time for policy 'greedy'"):
+        load_inputs(parse_scenario(sc))
+
+
+def test_a_bad_decision_table_or_attention_mode_is_named(tmp_path: Path) -> None:
+    from sparksim.profile import check_profile
+
+    prof = _profile(tmp_path, adds=True)
+    card = yaml.safe_load((prof / "card.yaml").read_text())
+    card["cost_model"]["attention_compute"] = "both"
+    card["cost_model"]["decision_ms"] = {"static": {"a_ms": -1}}
+    (prof / "card.yaml").write_text(yaml.safe_dump(card))
+    problems = " ".join(check_profile(prof))
+    assert "attention_compute='both'" in problems
+    assert "decision_ms.static" in problems
+
+
+def test_profile_live_runs_end_to_end_on_tiny_models(tmp_path: Path) -> None:
+    """The command measures, fits, writes a profile that loads with a drafter and decision times."""
+    pytest.importorskip("torch")
+    from typer.testing import CliRunner
+
+    from sparksim.cli import app
+
+    from ._drafter_fixtures import save_pair
+
+    target, drafter = save_pair(tmp_path)
+    out = tmp_path / "prof"
+    res = CliRunner().invoke(app, [
+        "profile", "live", "--target", str(target), "--drafter", str(drafter), "--requests", "1,3",
+        "--contexts", "8,24", "--prompt-lengths", "4,8,16", "--replays", "1", "--warmup", "0",
+        "--rounds", "1", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    prof = load_profile(out)
+    assert prof.source == "measured" and prof.attention_compute_adds
+    assert set(prof.decision_table) >= {"static", "greedy", "argmax", "two-step"}
+    assert prof.drafters and prof.card["default_drafter"] == "dspark-1"
+    points = pd.read_csv(out / "points.csv")
+    assert len(points) == 2 * 2 * 5  # R x C x positions 0..γ (γ = 4)
+    assert (points["verify_ms"] > 0).all()
+    assert "sparksim profile live" in prof.card["command"]
