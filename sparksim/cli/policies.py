@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from sparksim.cli.common import console, err_console, friendly_errors
+from sparksim.cli.common import check_out, console, err_console, friendly_errors
+from sparksim.errors import ConfigError
 
 
 def list_policies() -> None:
@@ -35,11 +38,50 @@ def bias(
     policy: list[str] = typer.Option(
         [], "--policy",
         help="policy to test, with parameters as NAME:param=value,... or FILE.py:Class:param=value "
-             "(repeat; default: every registered policy)"),
+             "(repeat; default: every registered policy, or a standard set with --exact)"),
     trials: int = typer.Option(20_000, "--trials", min=100, help="Monte Carlo trials per policy"),
     seed: int = typer.Option(0, "--seed", help="master seed; each policy draws its own stream from it"),
+    exact: bool = typer.Option(
+        False, "--exact",
+        help="compute the first emitted token's law exactly (no sampling): on the paper's App. A case, or "
+             "with --target/--drafter on real contexts"),
+    target: Path | None = typer.Option(None, "--target", help="--exact: target model directory"),
+    drafter: Path | None = typer.Option(None, "--drafter", help="--exact: DSpark/DFlash drafter directory (γ ≥ 2)"),
+    contexts: int = typer.Option(200, "--contexts", min=1, help="--exact: held-out contexts to enumerate"),
+    prompts: Path = typer.Option(
+        Path("models/tinylm-d128-l6/data/test.jsonl"), "--prompts",
+        help="--exact: held-out prompt file the target answers (contexts are prefixes of its answers)"),
+    batch: int = typer.Option(
+        1, "--batch", min=1, help="--exact: requests R sharing the step (R−1 others from other contexts)"),
+    profile: Path | None = typer.Option(
+        None, "--profile",
+        help="--exact: SPS profile pricing the step (default: profiles/cpu-tinylm-d128-live-measured; "
+             "App. A: the paper's SPS)"),
+    temperature: float = typer.Option(1.0, "--temperature", min=0.0, help="--exact: sampling temperature"),
+    max_new_tokens: int = typer.Option(128, "--max-new-tokens", min=1, help="--exact: response length cap"),
+    cuts: int = typer.Option(
+        4, "--cuts-per-response", min=1,
+        help="--exact: contexts cut from each response (the target answers ⌈contexts / this⌉ prompts)"),
+    warmup: int = typer.Option(4, "--warmup", min=0, help="--exact: earlier steps shown to stateful policies"),
+    mc: int = typer.Option(
+        0, "--mc", min=0,
+        help="--exact: also sample each policy's worst context N times and show the Monte Carlo TV with its "
+             "bootstrap 95%% CI"),
+    out: Path | None = typer.Option(None, "--out", help="--exact: write the per-context table to this CSV"),
+    threads: int = typer.Option(0, "--threads", min=0, help="--exact: torch threads (0 = default)"),
 ) -> None:
-    """Run the bias lab (paper App. A): P(first token = A) must be 0.7 for a lossless policy."""
+    """Run the bias lab (paper App. A): P(first token = A) must be 0.7 for a lossless policy.
+
+    With --exact the first emitted token's law is enumerated instead of sampled: on the paper's two-token case, or with --target/--drafter on held-out contexts of a real target and drafter (docs/bias.md).
+    """
+    if exact:
+        _bias_exact(policy, seed, target, drafter, contexts, prompts, batch, profile, temperature,
+                    max_new_tokens, cuts, warmup, mc, out, threads)
+        return
+    given = [name for name, v in (("--target", target), ("--drafter", drafter), ("--profile", profile),
+                                  ("--out", out)) if v is not None]
+    if given or mc:
+        raise ConfigError(f"{', '.join(given or ['--mc'])}: only with --exact")
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from sparksim.biaslab import bias_table
@@ -67,3 +109,95 @@ def bias(
         table.add_row(escape(str(row["label"])), f"{row['p_first_A']:.4f}", f"{row['stderr']:.4f}",
                       f"{z:+.1f}", verdict)
     console.print(table)
+
+
+def _bias_exact(specs: list[str], seed: int, target: Path | None, drafter: Path | None, n_contexts: int,
+                prompts: Path, batch: int, profile_dir: Path | None, temperature: float, max_new_tokens: int,
+                cuts: int, warmup: int, mc: int, out: Path | None, threads: int) -> None:
+    """`sparksim bias --exact`: the exact first-token law per policy (sparksim.bias_exact)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from sparksim import bias_exact as bx
+    from sparksim.biaslab import appendix_a_profile
+    from sparksim.profile import load_profile
+
+    if (target is None) != (drafter is None):
+        raise ConfigError("--exact: give both --target and --drafter (or neither, for the paper's App. A case)")
+    if out is not None:
+        check_out(out, kind="file")
+    names = list(specs) or list(bx.DEFAULT_SPECS)
+    for spec in names:  # a bad name or parameter fails in one line before any work
+        bx.PathDecider(spec, appendix_a_profile())
+    if target is None or drafter is None:
+        prof = load_profile(profile_dir) if profile_dir is not None else appendix_a_profile()
+        cases = [bx.appendix_a_case()]
+        where = f"paper App. A (V = {{A, B}}, p_t = (0.7, 0.3)), profile {prof.name}"
+    else:
+        if profile_dir is None:
+            if not bx.DEFAULT_PROFILE.is_dir():
+                raise ConfigError(f"--exact: the default profile {bx.DEFAULT_PROFILE} is not here; pass --profile")
+            profile_dir = bx.DEFAULT_PROFILE
+        prof = load_profile(profile_dir)
+        from sparksim.cli.record import _need_torch
+
+        _need_torch()
+        import torch
+
+        if threads:
+            torch.set_num_threads(threads)
+        cases = bx.model_cases(target, drafter, prompts, n_contexts, temperature=temperature, seed=seed,
+                               max_new_tokens=max_new_tokens, cuts_per_response=cuts, log=lambda msg: err_console.print(msg, highlight=False))
+        where = (f"{len(cases)} contexts of {target} + {drafter} (prompts {prompts}, T = {temperature:g}), "
+                 f"profile {prof.name}")
+    with Progress(TextColumn("[bold]exact bias[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err_console, transient=True) as bar:
+        task = bar.add_task("", total=len(cases) * len(names))
+        offset = {spec: i * len(cases) for i, spec in enumerate(names)}
+        df = bx.exact_table(cases, names, prof, batch=batch, warmup=warmup, seed=seed,
+                            progress=lambda spec, done: bar.update(task, completed=offset[spec] + done,
+                                                                   description=spec))
+    summary = bx.summarise(df)
+    checks = bx.monte_carlo_check(cases, df, prof, mc, batch=batch, warmup=warmup, seed=seed) if mc else None
+    title = (f"exact first-token bias, γ = 2, batch R = {batch}: {where}\n"
+             f"TV = ½‖P(first token) − p_t‖₁; lossless to float precision: max TV < {bx.LOSSLESS_TV:g}")
+    table = Table(title=title)
+    table.add_column("policy", overflow="fold", min_width=24)
+    app_a = target is None
+    cols = (["P(first = A)", "TV"] if app_a else
+            ["mean TV", "max TV", "worst contexts (TV)", "ℓ depends on x₁", "P(verify x₁)"])
+    for col in cols:
+        table.add_column(col, overflow="fold")
+    if checks is not None:
+        table.add_column(f"Monte Carlo TV, worst context, {mc} draws [95% bootstrap CI]", overflow="fold")
+    table.add_column("verdict")
+    named: dict[int, str] = {}  # contexts the table points at, named below it
+    for i, row in enumerate(summary.to_dict("records")):
+        if row["lossless"]:
+            verdict = "[green]lossless[/]" if row["claims_lossless"] else "[yellow]no bias on these contexts[/]"
+        else:
+            verdict = "[red]BIASED (claims lossless)[/]" if row["claims_lossless"] else "[red]biased[/]"
+        if app_a:
+            first = df[df["policy"] == row["policy"]].iloc[0]
+            cells = [f"{first['dist'][0]:.6f}", f"{first['tv']:.3g}"]
+        else:
+            named.update((c, name) for c, name, _ in row["worst"])
+            cells = [f"{row['mean_tv']:.3g}", f"{row['max_tv']:.3g}",
+                     "; ".join(f"#{c} {tv:.3g}" for c, _, tv in row["worst"]),
+                     f"{row['depends_on_x1']}/{row['contexts']}", f"{row['mean_p_verify']:.3f}"]
+        if checks is not None:
+            c = checks.iloc[i]
+            cells.append(f"#{c['context']} witness {c['mc_tv_witness']}; split {c['mc_tv_split']}")
+        table.add_row(escape(str(row["label"])), *cells, verdict)
+    console.print(table)
+    if named:
+        console.print("contexts: " + "; ".join(f"#{c} {escape(named[c])}" for c in sorted(named)),
+                      highlight=False)
+    if checks is not None:
+        console.print("Monte Carlo: 'witness' estimates P(S) − p_t(S) on the exact witness set S = {y: P(y) > "
+                      "p_t(y)} (unbiased for the exact TV; 0 when S is empty); 'split' estimates a TV lower "
+                      "bound from the samples alone (its CI is what sampling alone can resolve).", highlight=False)
+    if out is not None:
+        from sparksim.atomic import write_text
+
+        write_text(out, df.drop(columns="dist").to_csv(index=False))
+        console.print(f"per-context table: {out}")

@@ -118,15 +118,6 @@ class LiveRequest:
     accepted: int = 0
 
 
-def decode_cost(profile: Profile, m: int, kv_tokens: int, positions: int, drafter: str | None) -> StepCost:
-    """The step cost a policy reads for m decode requests holding `kv_tokens` (the simulator's rule)."""
-    draft_s = profile.draft_step_s(m, positions, drafter, kv_tokens) if positions else 0.0
-    attn = profile.attention_s(m, kv_tokens) if profile.kv_model != "legacy-grid" else 0.0
-    coef = profile.attention_compute_coef_ms / 1e3
-    return StepCost(profile, draft_s, kv_tokens / m, attn, 0.0 if profile.attention_compute_adds else attn,
-                    coef * kv_tokens / m if coef else 0.0, 0)
-
-
 def choose_lengths(policy: Policy, profile: Profile, conf: np.ndarray[Any, np.dtype[np.float64]],
                    request_ids: list[int], kv_tokens: int, step_index: int, max_batch_tokens: int,
                    positions: int, drafter: str | None) -> tuple[StepBatch, np.ndarray[Any, np.dtype[np.int64]]]:
@@ -139,7 +130,7 @@ def choose_lengths(policy: Policy, profile: Profile, conf: np.ndarray[Any, np.dt
     batch = StepBatch(
         request_ids=np.array(request_ids, np.int64), conf=conf, survival=np.cumprod(conf, axis=1),
         fixed_tokens=m, max_tokens=max_batch_tokens,
-        cost=decode_cost(profile, m, kv_tokens, positions, drafter), step_index=step_index)
+        cost=StepCost.for_decode(profile, m, kv_tokens, positions, drafter), step_index=step_index)
     try:
         lengths = np.asarray(policy.decide(batch), dtype=np.int64)
     except Exception as exc:

@@ -44,6 +44,21 @@ class StepCost:
     attn_token_s: float = 0.0  # attention compute per decode token at this batch's contexts
     prefill_tokens: int = 0  # prompt tokens in the step (they do not query the decode KV)
 
+    @classmethod
+    def for_decode(cls, profile: Profile, requests: int, kv_tokens: float, positions: int,
+                   drafter: str | None) -> StepCost:
+        """The cost of a decode step of `requests` requests holding `kv_tokens`, drafting `positions`.
+
+        The simulator's engine's rule (`sparksim.engine`), for callers outside it that ask a
+        policy to decide: the live engine and the exact bias lab.
+        """
+        draft_s = profile.draft_step_s(requests, positions, drafter, kv_tokens) if positions else 0.0
+        attn = profile.attention_s(requests, kv_tokens) if profile.kv_model != "legacy-grid" else 0.0
+        coef = profile.attention_compute_coef_ms / 1e3
+        return cls(profile, draft_s, kv_tokens / max(requests, 1), attn,
+                   0.0 if profile.attention_compute_adds else attn,
+                   coef * kv_tokens / requests if coef and requests else 0.0, 0)
+
     @property
     def fixed_s(self) -> float:
         """The part of the step's time that no verification length changes: drafting and KV."""
