@@ -12,7 +12,7 @@
 # `docs/scenarios/whatif-example.yaml`: Qwen3-30B-A3B on one H100, chat/code/math traffic;
 # its comments say what to change), one table and one figure out. Five policies: plain
 # decoding (`static`, γ = 0), MTP-1 (`static`, γ = 1, paying the profile's `mtp-1` drafter
-# when it has one), static γ = 3 (the profile's default drafter at 3 positions), DSpark's
+# when it has one), static γ = 3 (verifying 3 of the default drafter's block, which it drafts whole), DSpark's
 # greedy (Algorithm 1) and the production two-step. We sweep closed-loop users for the
 # Pareto frontier and the verification budget, compare tok/s per user at matched throughput
 # per GPU, search each policy's capacity (Poisson requests/s) under latency SLOs, and end

@@ -43,7 +43,7 @@ from sparksim.batch_layout import (
 from sparksim.config import Scenario
 from sparksim.errors import ConfigError
 from sparksim.invariants import InvariantError, lengths_in_bounds
-from sparksim.policies.base import Policy, StepBatch, StepCost
+from sparksim.policies.base import Policy, StepBatch, StepCost, drafted_positions
 from sparksim.profile import Profile
 from sparksim.records import Columns, StreamStats
 from sparksim.traces.format import TraceSet
@@ -130,7 +130,7 @@ class Engine:
         self.measure_decision = cl.pipeline == "sync" and cl.decision_s == "measured"
         self.profiled_decision = cl.pipeline == "sync" and cl.decision_s == "profile"
         self.drafts = policy.drafts
-        self.draft_positions = policy.draft_positions
+        self.draft_positions = drafted_positions(policy, profile, scenario.policy.drafter, traces.gamma)
         self.drafter = scenario.policy.drafter
         self.per_request_kv = profile.kv_model != "legacy-grid"
         self.attn_coef_s = profile.attention_compute_coef_ms / 1e3  # per (query, KV token)

@@ -28,6 +28,7 @@ from sparksim.errors import ConfigError, RangeError
 from sparksim.invariants import InvariantError, check_run
 from sparksim.metrics import summarize
 from sparksim.policies import make_policy, resolve
+from sparksim.policies.base import drafted_positions
 from sparksim.profile import Profile, ProfileWarning, load_profile
 from sparksim.traces.format import TraceSet, load_traceset
 from sparksim.workload import load_arrivals
@@ -240,7 +241,7 @@ def _cost_summary(scenario: Scenario, profile: Profile, policy: Any, requests: p
     return {
         "drafter": None if table is None else {
             "name": table.name, "kind": table.kind, "layers": table.layers,
-            "positions_drafted": policy.draft_positions,
+            "positions_drafted": drafted_positions(policy, profile, scenario.policy.drafter, policy.block),
         },
         "kv_model": profile.kv_model,
         "kv_capacity_tokens": capacity,

@@ -47,7 +47,7 @@ from sparksim.live.step import (
     inject_context,
     target_step,
 )
-from sparksim.policies.base import Policy, StepBatch, StepCost
+from sparksim.policies.base import Policy, StepBatch, StepCost, drafted_positions
 from sparksim.profile import Profile
 from sparksim.records import REQUEST_COLUMNS, STEP_COLUMNS, Columns, StreamStats
 from sparksim.traces.format import TraceSet
@@ -257,7 +257,7 @@ class LiveBatch:
             r.length += a + 1
             r.decode_steps += 1
             r.verified += int(lengths[i])
-            r.accepted += a
+            r.accepted += len(out) - 1  # after the EOS / length cut, as the simulator counts (INV-1)
             emitted.append(len(out))
             if self.done(r):
                 finished.append(r)
@@ -339,7 +339,8 @@ class LiveEngine:
         self.scenario, self.policy, self.profile = scenario, policy, profile
         self.prompts, self.progress = prompts, progress
         self.gamma = traces.gamma
-        self.positions = policy.draft_positions if policy.drafts else 0
+        # the built-in drafters are block drafters: every drafting step drafts the whole block
+        self.positions = drafted_positions(policy, profile, scenario.policy.drafter, traces.gamma)
         self.max_concurrency, self.max_batch_tokens = cl.max_concurrency, cl.max_batch_tokens
         self.batch = LiveBatch(models, cl.max_concurrency, self.positions, temperature=temperature,
                                max_new_tokens=max_new_tokens, seed=scenario.seed + 12345)
@@ -470,7 +471,7 @@ class LiveEngine:
             self.policy.observe(self._step_batch, out.lengths, np.asarray(out.accepted, np.int64))
         self.step_records.append_row((
             0, self.step_index, start_at, out.step_s, out.draft_s, out.verify_s, 0.0, out.decision_s, m,
-            m + verified, 0, verified, sum(out.accepted), emitted, out.kv_tokens / m, out.kv_tokens))
+            m + verified, 0, verified, emitted - m, emitted, out.kv_tokens / m, out.kv_tokens))
         for r in out.finished:
             self._finish(r, now)
 

@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 import torch
 
-from sparksim.config import Scenario
+from sparksim.config import Scenario, resolve_path
 from sparksim.errors import ConfigError
 from sparksim.live.engine import LiveEngine, LiveModels, Progress
 from sparksim.metrics import summarize
@@ -64,9 +64,10 @@ def read_prompt_ids(path: Path, tokenizer_name: str = "bytes-v1") -> list[list[i
 
 def trace_prompts(traces: TraceSet, prompts: Path | None) -> tuple[list[list[int]], Path]:
     """The prompts the trace set was recorded on, checked against its requests' prompt lengths."""
-    path = prompts or Path(str(traces.card.get("data", {}).get("prompts", "")))
-    if not str(path):
+    raw = (traces.card.get("data") or {}).get("prompts")
+    if prompts is None and not raw:
         raise ConfigError(f"trace set {traces.name!r} names no prompt file (card data.prompts); pass --prompts")
+    path = prompts or resolve_path(str(raw))  # a relative path: from here, else from the repository
     ids = read_prompt_ids(path)
     want = traces.requests["prompt_tokens"].tolist()
     if [len(p) for p in ids] != want:

@@ -167,10 +167,12 @@ class Policy(abc.ABC):
 
     @property
     def draft_positions(self) -> int:
-        """Positions the drafter drafts per request each step (the engine pays for these).
+        """Positions the policy needs drafted per request each step.
 
-        Block policies draft the whole block and choose how much of it to verify; a policy
-        that only ever verifies a fixed prefix (static γ) drafts just that prefix.
+        Block policies need the whole block and choose how much of it to verify; a policy
+        that only ever verifies a fixed prefix (static γ) needs just that prefix. What the
+        engine pays also depends on the drafter: a block drafter drafts its whole block
+        anyway (`drafted_positions`).
         """
         return self.block
 
@@ -200,6 +202,22 @@ class Policy(abc.ABC):
         elif not self.lossless:
             tag += " [not lossless]"
         return tag
+
+
+def drafted_positions(policy: Policy, profile: Profile, drafter: str | None, block: int) -> int:
+    """Positions the drafter drafts per request each step under `policy` (what the step pays for).
+
+    A block drafter (`kind: block`, DSpark/DFlash) drafts its whole block in one pass whatever
+    the policy verifies: its positions attend to each other, so a shorter block is another
+    drafter than the one trained and recorded. MTP and autoregressive drafters draft one
+    position per pass and stop at what the policy can verify (`Policy.draft_positions`).
+    """
+    if not policy.drafts:
+        return 0
+    table = profile.drafter(drafter) if profile.drafters else None
+    if table is not None and table.kind == "block":
+        return max(block, policy.draft_positions)
+    return policy.draft_positions
 
 
 def check_int(name: str, value: Any, lo: int, hi: int | None = None) -> int:
