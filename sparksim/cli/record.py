@@ -23,6 +23,14 @@ def _need_torch() -> None:
         raise ConfigError(f"this command needs {missing}; install the torch extra: pip install 'sparksim[torch]'")
 
 
+def _check_format(drafter_format: str, device: str, dtype: str) -> None:
+    """Raise ConfigError for an unknown drafter format, or device/dtype the built-in recorder ignores."""
+    if drafter_format not in ("sparksim", "deepspec"):
+        raise ConfigError(f"--drafter-format {drafter_format!r} is not one of ['sparksim', 'deepspec']")
+    if drafter_format == "sparksim" and (device != "cpu" or dtype != "fp32"):
+        raise ConfigError("--device/--dtype apply to --drafter-format deepspec; the built-in recorder runs fp32 on CPU")
+
+
 def _command_line() -> str:
     return "sparksim " + " ".join(shlex.quote(a) for a in sys.argv[1:])
 
@@ -140,17 +148,28 @@ def calibrate(
     max_new_tokens: int = typer.Option(256, help="Longest response."),
     seed: int = typer.Option(1, help="Seed for responses, drafts and rejection sampling."),
     threads: int = typer.Option(0, help="torch threads (0 = default)."),
+    drafter_format: str = typer.Option("sparksim", "--drafter-format",
+                                       help="sparksim (built-in drafter) or deepspec (a DeepSpec checkpoint on a HF target)."),
+    device: str = typer.Option("cpu", help="deepspec format: cpu, cuda or cuda:N."),
+    dtype: str = typer.Option("fp32", help="deepspec format: fp32, bf16 or fp16."),
 ) -> None:
     """Fit Sequential Temperature Scaling on held-out prompts; print ECE before/after per position."""
     _need_torch()
+    _check_format(drafter_format, device, dtype)
     if threads:
         import torch
 
         torch.set_num_threads(threads)
-    from sparksim.drafter.record import calibrate as run
+    if drafter_format == "deepspec":
+        from sparksim.drafter.deepspec import calibrate as run_deepspec
 
-    res = run(target, drafter, prompts, temperature=temperature, max_new_tokens=max_new_tokens, seed=seed,
-              log=console.print)
+        res = run_deepspec(target, drafter, prompts, temperature=temperature, max_new_tokens=max_new_tokens,
+                           seed=seed, device=device, dtype=dtype, log=console.print)
+    else:
+        from sparksim.drafter.record import calibrate as run
+
+        res = run(target, drafter, prompts, temperature=temperature, max_new_tokens=max_new_tokens, seed=seed,
+                  log=console.print)
     val = res["validation"]
     console.print(f"temperatures {res['temperatures']}")
     console.print(f"ECE before {val['ece_before']}\nECE after  {val['ece_after']}\nAUC        {val['auc']}")
@@ -159,7 +178,8 @@ def calibrate(
 def record(
     target: Path = typer.Option(..., "--target", help="Target model directory."),
     drafter: Path = typer.Option(..., "--drafter", help="Drafter directory (with calibration.json if fitted)."),
-    prompts: Path = typer.Option(..., "--prompts", help="Prompt file (.jsonl with domain and prompt)."),
+    prompts: Path = typer.Option(..., "--prompts", help="Prompt file (.jsonl with domain and prompt; deepspec: "
+                                                         "or DeepSpec 'turns' rows, chat-templated)."),
     out: Path = typer.Option(..., "--out", help="Trace-set folder to write, e.g. traces/<name>/."),
     gamma: int = typer.Option(7, help="Block size γ; must equal the drafter's."),
     temperature: float = typer.Option(1.0, help="Sampling temperature (0 = greedy, exact replay)."),
@@ -168,18 +188,35 @@ def record(
     batch_size: int = typer.Option(4, help="Responses per drafter/verify pass."),
     threads: int = typer.Option(0, help="torch threads (0 = default)."),
     note: str = typer.Option("", help="Free text stored as the card's `note` (scale, caveats)."),
+    drafter_format: str = typer.Option("sparksim", "--drafter-format",
+                                       help="sparksim (built-in drafter) or deepspec (a DeepSpec checkpoint on a HF target)."),
+    device: str = typer.Option("cpu", help="deepspec format: cpu, cuda or cuda:N."),
+    dtype: str = typer.Option("fp32", help="deepspec format: fp32, bf16 or fp16."),
+    calibration: Path | None = typer.Option(None, help="deepspec format: STS file (default DRAFTER/calibration.json)."),
 ) -> None:
     """Record a trace set: draft and verify a γ-block at every output position of target responses."""
     _need_torch()
+    _check_format(drafter_format, device, dtype)
+    if calibration is not None and drafter_format != "deepspec":
+        raise ConfigError("--calibration applies to --drafter-format deepspec (the built-in recorder reads "
+                          "DRAFTER/calibration.json)")
     if threads:
         import torch
 
         torch.set_num_threads(threads)
-    from sparksim.drafter.record import record as run
+    extra = {"note": note} if note else None
+    if drafter_format == "deepspec":
+        from sparksim.drafter.deepspec import record as run_deepspec
 
-    path = run(target, drafter, prompts, out, gamma=gamma, temperature=temperature,
-               max_new_tokens=max_new_tokens, seed=seed, batch_size=batch_size, command=_command_line(),
-               extra_card={"note": note} if note else None, log=console.print)
+        path = run_deepspec(target, drafter, prompts, out, gamma=gamma, temperature=temperature,
+                            max_new_tokens=max_new_tokens, seed=seed, device=device, dtype=dtype,
+                            calibration=calibration, command=_command_line(), extra_card=extra, log=console.print)
+    else:
+        from sparksim.drafter.record import record as run
+
+        path = run(target, drafter, prompts, out, gamma=gamma, temperature=temperature,
+                   max_new_tokens=max_new_tokens, seed=seed, batch_size=batch_size, command=_command_line(),
+                   extra_card=extra, log=console.print)
     console.print(f"trace set written to {path}")
 
 
