@@ -31,7 +31,7 @@ LAZY_COMMANDS: dict[str, tuple[str, str, bool]] = {
                  "capacity.csv/json.", False),
     "profile": ("sparksim.cli.profile", "Measure an SPS(B) profile (verify.csv, attention.csv, a draft table, "
                 "card.yaml) on this machine, or write an analytic one (`profile analytic`).", True),
-    "traces": ("sparksim.cli.traces", "Generate synthetic trace sets and summarise trace sets.", True),
+    "traces": ("sparksim.cli.traces", "Generate synthetic trace sets, import per-round logs and summarise trace sets.", True),
 }
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from sparksim.cli.common import console, friendly_errors
+from sparksim.cli.common import check_out, console, friendly_errors
 from sparksim.traces.format import load_traceset
 from sparksim.traces.stats import DomainStats, domain_stats
 from sparksim.traces.synth import (
@@ -22,7 +22,7 @@ from sparksim.traces.synth import (
     write_synth,
 )
 
-app = typer.Typer(help="Generate synthetic trace sets and summarise trace sets.", no_args_is_help=True)
+app = typer.Typer(help="Generate synthetic trace sets, import per-round logs and summarise trace sets.", no_args_is_help=True)
 
 
 def _cond_table(title: str, stats: dict[str, DomainStats], gamma: int) -> Table:
@@ -98,3 +98,57 @@ def stats(path: Path = typer.Argument(..., help="trace-set folder")) -> None:
         )
     console.print(table)
     console.print(_cond_table("conditional acceptance P(acc ≥ k | acc ≥ k−1)", per_domain, ts.gamma))
+
+
+@app.command("import")
+@friendly_errors
+def import_traces(
+    src: Path = typer.Argument(
+        ..., help="deepspec: a confidence_records.jsonl, or the eval.py --confidence-dump-dir folder "
+        "(<dir>/<dataset>/confidence_records.jsonl); rounds: a .csv or .jsonl round table"),
+    fmt: str = typer.Option(..., "--format", help="deepspec | rounds (docs/traces.md, 'Importing')"),
+    out: Path = typer.Option(..., "--out", help="output trace-set folder, e.g. traces/<name>"),
+    gamma: int | None = typer.Option(
+        None, help="keep the first G block positions (exact truncation); default: the data's γ"),
+    name: str | None = typer.Option(None, help="name in the card (default: the --out folder's name)"),
+    note: str | None = typer.Option(None, help="free text stored in the card"),
+    domain: str | None = typer.Option(
+        None, help="domain of every request (default: rounds, the domain column; deepspec, the "
+        "dataset folder: gsm8k/math500/aime25 -> math, humaneval/mbpp/livecodebench -> code, "
+        "mt-bench/alpaca/arena-hard-v2 -> chat, others keep their name)"),
+    prompt_tokens: int | None = typer.Option(
+        None, help="prompt length of requests whose source gives none (default 0: unknown)"),
+    target: str | None = typer.Option(None, help="target model, for the card"),
+    drafter: str | None = typer.Option(None, help="drafter, for the card"),
+    temperature: float | None = typer.Option(
+        None, help="sampling temperature of the recording, for the card (deepspec default: 1.0, "
+        "eval.py's default, marked assumed)"),
+    calibration: Path | None = typer.Option(
+        None, help="deepspec: STS temperatures from DeepSpec's scripts/fit_confidence_calibration.py; "
+        "conf = σ(logit/T_k) and conf_raw = σ(logit)"),
+    max_new_tokens: int | None = typer.Option(
+        None, help="deepspec: eval.py --max-new-tokens of the run, used to find where responses end "
+        "(default 2048, eval.py's default, marked assumed; 0: unknown)"),
+) -> None:
+    """Import per-round logs (DeepSpec confidence dumps or a round table) as a trace set."""
+    from sparksim.traces.importers import card_summary
+    from sparksim.traces.importers import import_traces as run_import
+
+    check_out(out)
+    # the card's `command` is this command line, rebuilt from the options
+    result = run_import(
+        fmt, src, out, gamma=gamma, name=name, note=note, domain=domain, prompt_tokens=prompt_tokens,
+        target=target, drafter=drafter, temperature=temperature, calibration=calibration,
+        max_new_tokens=max_new_tokens)
+    card = result.card
+    table = Table(title=f"{out}: imported from {fmt} (γ = {card['gamma']}), accepted length per round")
+    for col in ("domain", "requests", "rounds", "positions", "accepted length", "censored rounds"):
+        table.add_column(col, justify="left" if col == "domain" else "right")
+    positions = result.table.output_tokens
+    doms = np.array(result.table.domains)
+    for dom, st in card["acceptance"].items():
+        table.add_row(dom, str(st["requests"]), str(st["rounds"]), str(int(positions[doms == dom].sum())),
+                      f"{st['accept_length']:.3f}", str(st["censored_rounds"]))
+    console.print(table)
+    for line in card_summary(card):
+        console.print(line, highlight=False)
