@@ -49,13 +49,13 @@ PROFILE = os.environ.get("SPARKSIM_FIDELITY_PROFILE", str(REPO_ROOT / "profiles"
 TRACES = os.environ.get("SPARKSIM_FIDELITY_TRACES", str(REPO_ROOT / "traces" / "tinylm-d128-l6-dspark-recorded"))
 POLICIES = ("static:gamma=0", "static:gamma=1", "static:gamma=7", "greedy", "argmax", "two-step")
 USERS = tuple(int(u) for u in os.environ.get("SPARKSIM_FIDELITY_USERS", "1,8,32").split(","))
-DURATION_S = float(os.environ.get("SPARKSIM_FIDELITY_DURATION", "30"))
+DURATION_S = float(os.environ.get("SPARKSIM_FIDELITY_DURATION", "20"))
 REPEATS = int(os.environ.get("SPARKSIM_FIDELITY_REPEATS", "2"))
 METRICS = {"output_throughput": "tput", "mean_tpot_ms": "tpot", "mean_ttft_ms": "ttft",
            "mean_acceptance_length": "accept", "verify_budget_per_request": "budget"}
 
 
-def scenario(policy: str, users: int, seed: int) -> dict[str, Any]:
+def scenario(policy: str, users: int, seed: int, duration_s: float = DURATION_S) -> dict[str, Any]:
     """The one scenario both engines run: closed loop, colocated prefill-first, one replica."""
     name, _, args = policy.partition(":")
     params = dict(kv.split("=") for kv in args.split(",")) if args else {}
@@ -67,7 +67,7 @@ def scenario(policy: str, users: int, seed: int) -> dict[str, Any]:
                     "pipeline": "sync", "decision_s": "profile"},
         "workload": {"kind": "closed", "concurrency": users},
         "policy": {"name": name, **{k: int(v) for k, v in params.items()}},
-        "run": {"duration_s": DURATION_S},
+        "run": {"duration_s": duration_s},
     }
 
 
@@ -87,7 +87,7 @@ def measure() -> None:
                 res = live_simulate(sc, None, target=MODELS / "target", drafter=MODELS / "dspark", threads=1)
                 s = res.summary
                 steps = res.steps
-                row = {"policy": policy, "users": users, "repeat": rep, "seed": rep,
+                row = {"policy": policy, "users": users, "repeat": rep, "seed": rep, "duration_s": DURATION_S,
                        **{k: s[k] for k in METRICS}, "completed": s["completed"],
                        "engine_steps": s["engine_steps"],
                        "decision_ms_per_step": float(steps["decision_s"].mean() * 1e3) if steps is not None else 0.0,
@@ -109,8 +109,8 @@ if __name__ == "__main__" and "--measure" in sys.argv:
 live = pd.read_csv(DATA / "live-runs.csv")
 rows = []
 for (policy, users), cell in live.groupby(["policy", "users"], sort=False):
-    sims = [simulate(parse_scenario(scenario(str(policy), int(users), int(seed)))).summary
-            for seed in sorted(cell["seed"])]
+    sims = [simulate(parse_scenario(scenario(str(policy), int(users), int(seed), float(dur)))).summary
+            for seed, dur in sorted(zip(cell["seed"], cell["duration_s"], strict=True))]
     row: dict[str, Any] = {"policy": policy, "users": users}
     for key, short in METRICS.items():
         real = cell[key].astype(float)
