@@ -60,10 +60,10 @@ def main() -> int:
                 "the DSpark and DFlash drafters (2 layers, gamma 7, target layers 1-3 injected; DSpark with "
                 "a rank-64 Markov head and a confidence head) behind traces/tinylm-d128-l6-*-recorded",
         "how": "trained on this repository's 2-core CPU from text on the machine (no downloads): "
-               "`make recorded-traces` (build-prompts -> train-target -> train-drafter (dspark, dflash in "
-               "parallel) -> calibrate -> record), seeds 0/0/0/1/2; training stops at its step count or "
+               "`make retrain` (build-prompts -> train-target -> train-drafter (dspark, dflash in "
+               "parallel) -> calibrate -> this copy), seeds 0/0/0/1; `make recorded-traces` then records; training stops at its step count or "
                "wall-clock cap, so a rerun on another machine gives other weights (same recipe)",
-        "command": "make recorded-traces THREADS=1 && make models",
+        "command": "make retrain -j2 THREADS=1  (build-prompts, train-target, export-target, train-drafter x2, calibrate x2, then scripts/ship_models.py)",
         "target_training": {k: target_train.get(k) for k in ("train", "steps_done", "elapsed_s", "final_loss")},
         "drafter_training": {
             name: {k: json.loads((OUT / name / "train.json").read_text()).get(k)
