@@ -81,7 +81,7 @@ for dom in sorted(a["domain"].unique()):
 
     idx = np.arange(sel.sum())
     ci = stats.bootstrap((idx,), diff, n_resamples=2000, method="BCa", random_state=0, vectorized=False)
-    la, lb = tok.sum() / ra.sum(), tok.sum() / rb.sum()
+    la, lb = float(tok.sum() / ra.sum()), float(tok.sum() / rb.sum())
     lo, hi = float(ci.confidence_interval.low), float(ci.confidence_interval.high)
     rows.append({"domain": dom, "responses": int(sel.sum()), "dspark": la, "dflash": lb, "diff": la - lb,
                  "ci_low": lo, "ci_high": hi, "rel": la / lb - 1})
