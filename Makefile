@@ -64,7 +64,9 @@ $(TRACES)/$(TARGET)-%-recorded/card.yaml: $(MODELS)/card.yaml
 	  --note "Recorded by make recorded-traces from the shipped models: 300 responses per domain, at most $(MAXNEW) new tokens." \
 	  --out $(TRACES)/$(TARGET)-$*-recorded
 
-# The live engine's own profile, then the live runs (resumable), then the comparison.
+# The live engine's own profile, then the live runs (resumable: finished cells in
+# analyses/data/live-fidelity/live-runs.csv are kept; delete it to measure them all again),
+# then the comparison.
 LIVE_PROFILE := profiles/cpu-tinylm-d128-live-measured
 live-profile: $(LIVE_PROFILE)/card.yaml
 $(LIVE_PROFILE)/card.yaml: $(MODELS)/card.yaml
