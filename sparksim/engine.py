@@ -135,6 +135,7 @@ class Engine:
         self.per_request_kv = profile.kv_model != "legacy-grid"
         self.attn_coef_s = profile.attention_compute_coef_ms / 1e3  # per (query, KV token)
         self.attn_adds = profile.attention_compute_adds  # FLOPs add to the KV read (else max)
+        self.attn_padded = profile.attention_kv_padded  # attention over the longest context, not the sum
         self.prefill_first = cl.prefill.schedule == "prefill-first"
         self.max_context_tokens = cl.max_context_tokens or (1 << 62)
         self.reserve = traces.gamma + 1 if self.drafts else 1  # KV slots a step may write
@@ -341,13 +342,15 @@ class Engine:
             decision_s = kv_s = attn_mem_s = attn_token_s = 0.0
             batch: StepBatch | None = None
             kv_tokens = self.ctx_sum if m == n else int(st[CONTEXT, :m].sum())
+            # an engine that pads attention to the batch's longest context pays for m times it
+            kv_attn = m * int(st[CONTEXT, :m].max()) if self.attn_padded and m else kv_tokens
             if self.per_request_kv:
-                attn_mem_s = profile.attention_s(m, kv_tokens) if m > 0 else 0.0
+                attn_mem_s = profile.attention_s(m, kv_attn) if m > 0 else 0.0
                 kv_s = attn_mem_s
                 for req, take in plan:
                     kv_s += profile.prefill_attention_s(take, req.context - req.prefill_left)
                 if m > 0 and self.attn_coef_s:  # FLOPs per decode token at these contexts
-                    attn_token_s = self.attn_coef_s * kv_tokens / m
+                    attn_token_s = self.attn_coef_s * kv_attn / m
             if m > 0:
                 rows = st[ROW, :m]
                 context_mean = kv_tokens / m
@@ -356,7 +359,7 @@ class Engine:
                     decision_s = self.decision_const_s if self.sync_decision else 0.0
                     if self.profiled_decision:
                         decision_s = profile.decision_s(policy.name, m)
-                    draft_s = draft_cost(m, self.draft_positions, self.drafter, kv_tokens)
+                    draft_s = draft_cost(m, self.draft_positions, self.drafter, kv_attn)
                     batch = StepBatch(
                         request_ids=st[RID, :m].copy(),  # policies may keep it across steps
                         conf=self.t_conf.take(rows, axis=0),
@@ -390,7 +393,9 @@ class Engine:
             else:
                 verify_s = profile.verify_s_scalar(batch_tokens) + kv_s
                 if attn_token_s:  # compute-bound attention (MLA): max(KV read, FLOPs), or their sum
-                    flops_s = attn_token_s * (batch_tokens - prefill_tokens)
+                    queries = (m * (1 + int(lengths.max())) if self.attn_padded and verified
+                               else batch_tokens - prefill_tokens)  # padded: every request to the longest block
+                    flops_s = attn_token_s * queries
                     verify_s += flops_s if self.attn_adds else max(flops_s - attn_mem_s, 0.0)
             step_s = draft_s + verify_s + decision_s
             yield env.timeout(step_s)

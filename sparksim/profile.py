@@ -192,6 +192,15 @@ class Profile:
         return (a + b * requests) / 1e3
 
     @functools.cached_property
+    def attention_kv_padded(self) -> bool:
+        """True when the card's `cost_model.attention_kv` is `padded`: the engine's attention runs over
+        the batch padded to its longest context (and its longest verified block), so a step pays
+        for R × the longest context where a paged-attention engine pays for the sum (the live
+        engine's batched attention). Default `sum`."""
+        cm = self.card.get("cost_model") or {}
+        return isinstance(cm, dict) and cm.get("attention_kv", "sum") == "padded"
+
+    @functools.cached_property
     def attention_compute_adds(self) -> bool:
         """True when the card's `cost_model.attention_compute` is `sum`: the attention FLOPs add to
         attention.csv instead of overlapping it (`max`, the default, as a GPU overlaps memory and
@@ -800,6 +809,9 @@ def _check_cost_card(card: dict[str, Any], problems: list[str]) -> None:
             if not (isinstance(v, dict) and _nonneg(v.get("a_ms")) and _nonneg(v.get("b_ms_per_request"))):
                 problems.append(f"card.yaml: cost_model.decision_ms.{name}={v!r} must be a mapping with "
                                 "a_ms and b_ms_per_request >= 0")
+        kv_how = cm.get("attention_kv", "sum") if isinstance(cm, dict) else "sum"
+        if kv_how not in ("sum", "padded"):
+            problems.append(f"card.yaml: cost_model.attention_kv={kv_how!r} must be sum or padded")
         how = cm.get("attention_compute", "max") if isinstance(cm, dict) else "max"
         if how not in ("max", "sum"):
             problems.append(f"card.yaml: cost_model.attention_compute={how!r} must be max or sum")

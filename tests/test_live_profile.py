@@ -83,6 +83,25 @@ def test_attention_flops_add_to_the_kv_term_when_the_card_says_sum(tmp_path: Pat
     assert steps[False]["verify_s"] * 1e3 == pytest.approx(dense_ms + max(kv_ms, flops_ms), rel=1e-9)
 
 
+def test_a_padded_attention_engine_pays_for_the_longest_context(tmp_path: Path) -> None:
+    """cost_model.attention_kv=padded: R × the longest context (and the longest block), not the sum."""
+    prof = _profile(tmp_path, adds=True)
+    card = yaml.safe_load((prof / "card.yaml").read_text())
+    card["cost_model"]["attention_kv"] = "padded"
+    (prof / "card.yaml").write_text(yaml.safe_dump(card))
+    assert load_profile(prof).attention_kv_padded
+    res = simulate(parse_scenario(_scenario(prof)))
+    assert res.steps is not None
+    s = res.steps[res.steps["num_requests"] > 0].iloc[3]
+    m, t, k = int(s["num_requests"]), int(s["batch_tokens"]), int(s["kv_tokens"])
+    assert s["verify_s"] * 1e3 > 2.0 + (t - 1) * 0.05 + 1e-4 * k + 2e-4 * t * k / m  # more than the sum
+    # contexts differ across the batch's requests, so padding costs more per step than the sum
+    summed = simulate(parse_scenario(_scenario(_profile(tmp_path / "s", adds=True))))
+    assert summed.steps is not None
+    per_step = [float(r[r["num_requests"] > 0]["verify_s"].mean()) for r in (res.steps, summed.steps)]
+    assert per_step[0] > per_step[1]
+
+
 def test_a_profiled_decision_time_is_charged_per_step(tmp_path: Path) -> None:
     """cluster.decision_s=profile charges a + b·R of the card's decision_ms for the run's policy."""
     prof = _profile(tmp_path, adds=True, decision={"static": {"a_ms": 0.25, "b_ms_per_request": 0.01}})

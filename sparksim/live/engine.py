@@ -442,10 +442,11 @@ class LiveEngine:
 
     def _choose(self, conf: np.ndarray[Any, np.dtype[np.float64]]) -> np.ndarray[Any, np.dtype[np.int64]]:
         running = self.batch.running
+        kv = (len(running) * (max(r.length for r in running) + 1) if self.profile.attention_kv_padded
+              else sum(r.length for r in running) + len(running))  # as the simulator prices it
         self._step_batch, lengths = choose_lengths(
-            self.policy, self.profile, conf, [r.request_id for r in running],
-            sum(r.length for r in running) + len(running), self.step_index, self.max_batch_tokens,
-            self.positions, self.scenario.policy.drafter)
+            self.policy, self.profile, conf, [r.request_id for r in running], kv, self.step_index,
+            self.max_batch_tokens, self.positions, self.scenario.policy.drafter)
         return lengths
 
     def _decode_step(self) -> None:

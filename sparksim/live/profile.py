@@ -295,6 +295,10 @@ def write_live_profile(out: Path, models: LiveModels, cfg: LiveProfileConfig, po
             "kind": "tokens+kv (sparksim.profile), least squares over the live engine's measured steps",
             "attention_ms_per_query_kv_token": c4,
             "attention_compute": "sum",
+            "attention_kv": "padded",
+            "attention_kv_note": "the live engine's attention runs over the batch padded to its longest context "
+                                 "(a dense-mask scaled_dot_product_attention): a step pays R x the longest context; "
+                                 "the points were measured at one context per point, where padded and summed agree",
             "prefill_attention_ms_per_token_sq": pfit.coef_ms_per_token_sq,
             "verify_fit": {"model": "verify_ms = c0 + c1*T + c2*R + c3*K + c4*T*K/R (non-negative least "
                                     "squares, relative error)", **verify.summary()},
