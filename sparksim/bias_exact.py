@@ -153,12 +153,6 @@ class StepCase:
 # --------------------------------------------------------------------------- policy decisions
 
 
-def step_cost(profile: Profile, requests: int, kv_tokens: float, positions: int,
-              drafter: str | None) -> StepCost:
-    """The step cost a policy reads for `requests` decode requests holding `kv_tokens`."""
-    return StepCost.for_decode(profile, requests, kv_tokens, positions, drafter)
-
-
 def _builtin_policies() -> set[type[Policy]]:
     """The policy classes sparksim registers itself (their state layout is known)."""
     from sparksim.policies import REGISTRY
@@ -203,7 +197,7 @@ class PathDecider:
         r = 1 + self.others.shape[0]
         if self.contexts.shape != (r,):
             raise ConfigError(f"{r} requests but {self.contexts.shape} contexts")
-        self.cost = step_cost(self.profile, r, float(self.contexts.sum()), self.policy.draft_positions,
+        self.cost = StepCost.for_decode(self.profile, r, float(self.contexts.sum()), self.policy.draft_positions,
                               self.drafter)
         self._memo = {id(self.profile): self.profile}  # copies share the (read-only) profile
         for step, conf in enumerate(self.history):

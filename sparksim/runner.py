@@ -186,15 +186,7 @@ def simulate(
         plain_decoding=not policy.drafts,
     ) if check else []
     extra = {
-        # a named drafter is part of what was compared (MTP-1 is static γ = 1 with mtp-1)
-        "policy_label": policy.label() + (f" · {scenario.policy.drafter}" if scenario.policy.drafter
-                                          else ""),
-        "lossless": bool(policy.lossless and not policy.upper_bound),
-        "upper_bound": bool(policy.upper_bound),
-        "policy_params": policy.params,
-        "gamma": traces.gamma,
-        "profile": {"name": profile.name, "source": profile.source, "lookup": profile.mode},
-        "traces": {"name": traces.name, "source": str(traces.card.get("source", "unknown"))},
+        **run_inputs_summary(scenario, policy, profile, traces),
         "engine_steps": num_steps,
         "prefill_mode": scenario.cluster.prefill.mode,
         "prefill_schedule": (scenario.cluster.prefill.schedule
@@ -215,6 +207,23 @@ def simulate(
     summary = summarize(scenario, requests, cluster.stats, census, cluster.sampler.domains, extra,
                         gpus_per_replica=scenario.cluster.gpus_per_replica or profile.gpus_per_replica)
     return RunResult(scenario, summary, requests, steps, violations, wall_s, num_steps)
+
+
+def run_inputs_summary(scenario: Scenario, policy: Any, profile: Profile, traces: TraceSet) -> dict[str, Any]:
+    """The summary's account of what was compared: the policy (with its drafter), the profile, the traces.
+
+    Shared by simulated and live runs (`sparksim.live.run`), so both summaries read alike.
+    """
+    return {
+        # a named drafter is part of what was compared (MTP-1 is static γ = 1 with mtp-1)
+        "policy_label": policy.label() + (f" · {scenario.policy.drafter}" if scenario.policy.drafter else ""),
+        "lossless": bool(policy.lossless and not policy.upper_bound),
+        "upper_bound": bool(policy.upper_bound),
+        "policy_params": policy.params,
+        "gamma": traces.gamma,
+        "profile": {"name": profile.name, "source": profile.source, "lookup": profile.mode},
+        "traces": {"name": traces.name, "source": str(traces.card.get("source", "unknown"))},
+    }
 
 
 def _warn_if_context_clamped(profile: Profile, steps: pd.DataFrame | None) -> None:

@@ -19,6 +19,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sparksim.atomic import write_text
 from sparksim.errors import ConfigError
@@ -194,18 +195,30 @@ def write_prompts(path: Path, items: list[Item]) -> None:
     write_text(path, "\n".join(lines) + "\n")
 
 
-def read_prompts(path: Path) -> list[Item]:
-    """Read a prompt file, naming the line and key of the first malformed record."""
+def json_lines(path: Path, what: str = "prompt file") -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield (line number from 1, object) for every non-blank line of a JSON Lines file.
+
+    Errors name the file and the line. Bytes that are not UTF-8 are kept as surrogates, so a
+    caller that encodes the text can name the line it cannot take.
+    """
     if not path.is_file():
-        raise ConfigError(f"{path}: prompt file is missing")
-    items: list[Item] = []
-    for no, line in enumerate(path.read_text().splitlines(), start=1):
+        raise ConfigError(f"{path}: {what} is missing")
+    for no, line in enumerate(path.read_text(encoding="utf-8", errors="surrogateescape").splitlines(), start=1):
         if not line.strip():
             continue
         try:
             rec = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise ConfigError(f"{path}:{no}: not valid JSON ({exc})") from None
+            raise ConfigError(f"{path}:{no}: not valid JSON ({exc.msg})") from None
+        if not isinstance(rec, dict):
+            raise ConfigError(f"{path}:{no}: each line must be a JSON object")
+        yield no, rec
+
+
+def read_prompts(path: Path) -> list[Item]:
+    """Read a prompt file, naming the line and key of the first malformed record."""
+    items: list[Item] = []
+    for no, rec in json_lines(path):
         for key in ("domain", "prompt"):
             if not isinstance(rec.get(key), str) or not rec[key]:
                 raise ConfigError(f"{path}:{no}: key {key!r} is missing or not a non-empty string")

@@ -34,6 +34,7 @@ docs/drafter.md ("Record your own drafter").
 
 from __future__ import annotations
 
+import abc
 import argparse
 import hashlib
 import json
@@ -54,6 +55,7 @@ from numpy.typing import NDArray
 from torch import Tensor, nn
 
 from sparksim.drafter.config import load_json
+from sparksim.drafter.data import json_lines
 from sparksim.drafter.model import block_mask, to_probs
 from sparksim.drafter.target import RMSNorm, SwiGLU, sample_logits
 from sparksim.errors import ConfigError
@@ -322,7 +324,7 @@ def top_prob_logits(logits: Tensor, temperature: float) -> Tensor:
 # --------------------------------------------------------------------------- models
 
 
-class DeepSpecDrafter(nn.Module):
+class DeepSpecDrafter(nn.Module, abc.ABC):
     """What the recorder calls on any DeepSpec drafter: features from target hidden states, and `propose`."""
 
     cfg: DeepSpecConfig
@@ -334,17 +336,17 @@ class DeepSpecDrafter(nn.Module):
     def param_dtype(self) -> torch.dtype:
         return next(self.parameters()).dtype
 
+    @abc.abstractmethod
     def deepspec_names(self) -> dict[str, str]:
         """Return {DeepSpec tensor name: this module's parameter name} for every tensor of the checkpoint."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def propose(self, feats: Tensor, ids: Tensor, anchors: Tensor, temperature: float,
                 gen: torch.Generator | None) -> Proposal:
         """Draft γ tokens at every anchor (B, A) of `ids` (B, S) from target features (B, S, m·d).
 
         Anchor a is the last emitted token; the drafter sees the target's states of positions < a.
         """
-        raise NotImplementedError
 
 
 def _common_names(n_layers: int, attn_bias: bool, layer_norms: dict[str, str]) -> dict[str, str]:
@@ -795,23 +797,6 @@ class EvalItem:
         return f"{self.dataset}/{self.line}"
 
 
-def _json_rows(file: Path) -> list[tuple[int, dict[str, Any]]]:
-    if not file.is_file():
-        raise ConfigError(f"{file}: prompt file is missing")
-    rows = []
-    for n, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{file}:{n}: not JSON ({exc.msg})") from None
-        if not isinstance(row, dict):
-            raise ConfigError(f"{file}:{n}: each line must be a JSON object")
-        rows.append((n, row))
-    return rows
-
-
 def _first_turn(row: dict[str, Any], where: str) -> str:
     turns = row.get("turns")
     if not (isinstance(turns, list) and turns and isinstance(turns[0], str)):
@@ -843,7 +828,7 @@ def load_eval_items(eval_dir: Path, tasks: Sequence[tuple[str, int | None, str]]
     items: list[EvalItem] = []
     for name, cap, domain in tasks:
         file = eval_dir / f"{name}.jsonl"
-        rows = [EvalItem(name, domain, n, _first_turn(row, f"{file}:{n}")) for n, row in _json_rows(file)]
+        rows = [EvalItem(name, domain, n, _first_turn(row, f"{file}:{n}")) for n, row in json_lines(file)]
         if cap is not None and len(rows) > cap:
             random.Random(selection_seed).shuffle(rows)
             rows = rows[:cap]
@@ -857,7 +842,7 @@ def load_prompt_file(path: Path) -> list[EvalItem]:
     The domain is the row's `domain`, else DeepSpec's grouping of the row's `dataset` (default: the file name).
     """
     items = []
-    for n, row in _json_rows(path):
+    for n, row in json_lines(path):
         dataset = str(row.get("dataset") or path.stem)
         domain = row.get("domain") or DOMAIN_OF.get(dataset)
         if not domain:

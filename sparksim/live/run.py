@@ -9,7 +9,6 @@ comparisons read a live run as they read a simulated one.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from sparksim.errors import ConfigError
 from sparksim.live.engine import LiveEngine, LiveModels, Progress
 from sparksim.metrics import summarize
 from sparksim.policies import make_policy
-from sparksim.runner import RunResult, load_inputs
+from sparksim.runner import RunResult, load_inputs, run_inputs_summary
 from sparksim.traces.format import TraceSet
 
 LIVE_SCENARIO = {  # what the live engine implements; `sparksim live` sets these
@@ -35,25 +34,17 @@ LIVE_SCENARIO = {  # what the live engine implements; `sparksim live` sets these
 
 def read_prompt_ids(path: Path, tokenizer_name: str = "bytes-v1") -> list[list[int]]:
     """Encode every prompt of a .jsonl prompt file; an error names the line it cannot take."""
+    from sparksim.drafter.data import json_lines
     from sparksim.drafter.tokenizer import get_tokenizer
 
     tok = get_tokenizer(tokenizer_name)
-    if not path.is_file():
-        raise ConfigError(f"{path}: prompt file is missing")
     out: list[list[int]] = []
-    for no, line in enumerate(path.read_text(encoding="utf-8", errors="surrogateescape").splitlines(), 1):
-        if not line.strip():
-            continue
+    for no, rec in json_lines(path):
+        prompt = rec.get("prompt")
+        if not isinstance(prompt, str) or not prompt:
+            raise ConfigError(f"{path}:{no}: key 'prompt' is missing or not a non-empty string")
         try:
-            rec = json.loads(line)
-            prompt = rec["prompt"]
-            if not isinstance(prompt, str) or not prompt:
-                raise KeyError("prompt")
             out.append(tok.encode(prompt))
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{path}:{no}: not valid JSON ({exc})") from None
-        except (KeyError, TypeError):
-            raise ConfigError(f"{path}:{no}: key 'prompt' is missing or not a non-empty string") from None
         except UnicodeEncodeError as exc:
             raise ConfigError(f"{path}:{no}: the prompt holds characters the {tokenizer_name} tokenizer "
                               f"cannot encode ({exc.reason} at character {exc.start})") from None
@@ -99,13 +90,7 @@ def live_simulate(scenario: Scenario, base: Path | None, *, target: Path, drafte
     census = engine.census()
     census["arrived_in_window"] = engine.arrived_in_window
     extra: dict[str, Any] = {
-        "policy_label": policy.label() + (f" · {scenario.policy.drafter}" if scenario.policy.drafter else ""),
-        "lossless": bool(policy.lossless and not policy.upper_bound),
-        "upper_bound": bool(policy.upper_bound),
-        "policy_params": policy.params,
-        "gamma": traces.gamma,
-        "profile": {"name": profile.name, "source": profile.source, "lookup": profile.mode},
-        "traces": {"name": traces.name, "source": str(traces.card.get("source", "unknown"))},
+        **run_inputs_summary(scenario, policy, profile, traces),
         "engine_steps": engine.step_index,
         "prefill_mode": "colocated",
         "prefill_schedule": "prefill-first",
