@@ -255,19 +255,19 @@ class Profile:
         return self.verify_s(tokens, context)
 
     def verify_s_scalar(self, tokens: float, context: float = 0.0) -> float:
-        """Return `verify_s` for one batch size: the engine's per-step fast path (no arrays)."""
+        """Return `verify_s` for one batch size: the engine's per-step fast path (no arrays).
+
+        The same rules (`token_weight`, `context_weight`) on Python lists; a test holds the
+        two paths equal on random profiles.
+        """
         rows, cols, ctx, limit = self._scalar_tables()
         if tokens > cols[-1] or (ctx and context > ctx[-1]):
             return float(self.verify_s(tokens, context))  # extrapolates, and warns once
-        if tokens <= limit:
-            j = bisect.bisect_left(cols, tokens)
-            vals = [row[j] for row in rows]
-        elif len(cols) == 1:
-            vals = [row[0] for row in rows]
+        j, w = token_weight(cols, tokens, limit)
+        if len(cols) == 1:
+            vals = [row[0] * (1.0 + w) for row in rows]
         else:
-            j = min(max(bisect.bisect_left(cols, tokens), 1), len(cols) - 1)
-            w = min(max((tokens - cols[j - 1]) / (cols[j] - cols[j - 1]), 0.0), 1.0)
-            vals = [(1.0 - w) * row[j - 1] + w * row[j] for row in rows]
+            vals = [(1.0 - w) * row[j] + w * row[j + 1] for row in rows]
         if len(vals) == 1:
             return vals[0] / 1e3
         k, w = context_weight(ctx, context)
@@ -505,37 +505,50 @@ def _interp_extrapolate(x: NDArray[np.float64], y: NDArray[np.float64], at: floa
     return float(np.interp(at, x, y))
 
 
+def token_weight(tokens: Any, t: Any, step_limit: float = math.inf) -> tuple[Any, Any]:
+    """Return (j, w): the dense cost at `t` batch tokens is (1 − w)·col[j] + w·col[j + 1].
+
+    The one rule in batch tokens, for scalars (Python lists) and arrays alike: up to
+    `step_limit` (the largest CUDA graph) a batch pads up to the next profiled size (w is
+    0 or 1); past it, cost interpolates between sizes (an eager step, as vLLM runs it);
+    past the last size, the last segment's slope extrapolates (w > 1); below the first,
+    the first size's cost. A one-column table has no segment: its cost is col[0]·(1 + w),
+    constant up to its size and proportional past it.
+    """
+    if isinstance(tokens, list):
+        last = len(tokens) - 1
+        if last == 0:
+            return 0, max(t / tokens[0] - 1.0, 0.0)
+        hi = min(max(bisect.bisect_left(tokens, t), 1), last)
+        if t > tokens[-1]:
+            return last - 1, (t - tokens[-2]) / (tokens[-1] - tokens[-2])
+        if t <= step_limit:
+            return hi - 1, float(t > tokens[0])
+        return hi - 1, min(max((t - tokens[hi - 1]) / (tokens[hi] - tokens[hi - 1]), 0.0), 1.0)
+    last = tokens.size - 1
+    if last == 0:
+        return np.zeros(t.shape, np.intp), np.maximum(t / tokens[0] - 1.0, 0.0)
+    hi = np.clip(np.searchsorted(tokens, t, side="left"), 1, last)
+    lo = hi - 1
+    w = np.clip((t - tokens[lo]) / (tokens[hi] - tokens[lo]), 0.0, 1.0)
+    w = np.where(t <= step_limit, (t > tokens[0]).astype(np.float64), w)
+    beyond = (t - tokens[-2]) / (tokens[-1] - tokens[-2])
+    past = t > tokens[-1]
+    return np.where(past, last - 1, lo), np.where(past, beyond, w)
+
+
 def _lookup_1d(
     x: NDArray[np.float64], grid: NDArray[np.float64], t: NDArray[np.float64], mode: LookupMode,
     step_limit: float = np.inf,
 ) -> NDArray[np.float64]:
-    """Look up every row of `grid` (C, T) at points `t` (N,); return (C, N).
+    """Look up every row of `grid` (C, T) at points `t` (N,); return (C, N) (`token_weight`'s rule).
 
-    `step` pads up to the next profiled point; `linear` interpolates; both extrapolate the
-    last segment's slope past `x[-1]` and clamp to the first value below `x[0]`.
+    `step` pads up to the next profiled point within `step_limit`; `linear` interpolates.
     """
-    last = x.size - 1
-    if last == 0:
-        slope = grid[:, -1] / max(x[-1], 1.0)
-    else:
-        slope = (grid[:, -1] - grid[:, -2]) / (x[-1] - x[-2])
-    beyond = grid[:, -1:] + (t[None, :] - x[-1]) * slope[:, None]
-    if mode == "step" and np.all(t <= step_limit):
-        idx = np.minimum(np.searchsorted(x, t, side="left"), last)
-        inside = grid[:, idx]
-    elif mode == "step":  # pad within the captured range, interpolate past it (as vLLM does)
-        stepped = _lookup_1d(x, grid, np.minimum(t, step_limit), "step")
-        interp = _lookup_1d(x, grid, t, "linear")
-        inside = np.where(t[None, :] <= step_limit, stepped, interp)
-    else:
-        hi = np.clip(np.searchsorted(x, t, side="left"), 1, max(last, 1))
-        lo = hi - 1
-        if last == 0:
-            inside = np.repeat(grid[:, :1], t.size, axis=1)
-        else:
-            w = np.clip((t - x[lo]) / (x[hi] - x[lo]), 0.0, 1.0)
-            inside = (1.0 - w) * grid[:, lo] + w * grid[:, hi]
-    return np.where(t[None, :] > x[-1], beyond, inside)
+    j, w = token_weight(x, t, step_limit if mode == "step" else -np.inf)
+    if x.size == 1:
+        return grid[:, :1] * (1.0 + w)[None, :]
+    return (1.0 - w) * grid[:, j] + w * grid[:, j + 1]
 
 
 # --------------------------------------------------------------------------- loading

@@ -183,3 +183,34 @@ def test_step_mode_pads_only_inside_the_captured_graph_range(tmp_path: Path) -> 
     ms = prof.verify_s([12, 16, 24, 48]) * 1e3
     assert ms.tolist() == pytest.approx([3.0, 3.0, 5.0, 9.0])
     assert [prof.verify_s_scalar(t) * 1e3 for t in (12, 24, 48)] == pytest.approx([3.0, 5.0, 9.0])
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_scalar_fast_path_equals_the_vector_lookup_on_random_profiles(tmp_path: Path, seed: int) -> None:
+    """The engine prices each step with `verify_s_scalar`; it must charge what `verify_s` says.
+
+    Random grids (one to six sizes, with or without contexts and captured graphs, step and
+    linear modes), asked below, on, between and past every profiled size and context.
+    """
+    rng = np.random.default_rng(seed)
+    sizes = np.unique(rng.integers(1, 600, size=int(rng.integers(1, 7))))
+    contexts = [0] if seed % 3 == 0 else sorted({int(c) for c in rng.integers(1, 9000, size=3)})
+    rows = [(int(t), c, float(0.5 + t / 100 + c / 4096 + rng.random()))
+            for c in contexts for t in sizes]
+    verify = pd.DataFrame(rows, columns=["tokens", "context", "step_ms"])
+    if contexts == [0]:
+        verify = verify.drop(columns="context")
+    card = dict(CARD)
+    if seed % 2:
+        card["graph_capture_sizes"] = [int(s) for s in sizes[: max(1, sizes.size // 2)]]
+    path = write_profile(tmp_path / "p", verify, card)
+    asked = np.unique(np.concatenate([sizes, sizes + 1, sizes - 1, [1, 2 * int(sizes[-1]) + 3],
+                                      rng.uniform(1, 1.5 * sizes[-1], size=20)]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ProfileWarning)
+        for mode in ("step", "linear"):
+            prof = load_profile(path, mode=mode)
+            for c in (contexts if len(contexts) > 1 else [0]) + [500, 20_000]:
+                want = prof.verify_s(asked, np.full(asked.shape, float(c)))
+                got = [prof.verify_s_scalar(float(t), float(c)) for t in asked]
+                np.testing.assert_allclose(got, want, rtol=1e-12, err_msg=f"{mode=} {c=}")
