@@ -286,19 +286,40 @@ def scenario_problems(data: Mapping[str, Any]) -> list[str]:
     try:
         Scenario.model_validate(data)
     except ValidationError as exc:
-        seen: dict[str, int] = {}
-        for err in exc.errors():
-            # pydantic adds validator and union-member names to the location; keep the keys
-            loc = [p for p in err["loc"] if isinstance(p, str) and p.replace("_", "").isalnum()]
-            key = ".".join(loc)
-            value = _lookup(data, loc)
-            msg = err["msg"].removeprefix("Value error, ")
-            line = f"{key or 'scenario'}={value!r}: {msg}" if key else msg
-            if key and key in seen:  # one line per key: a union's members each complain
-                problems[seen[key]] += f"; or {msg[0].lower()}{msg[1:]}"
-                continue
-            seen[key] = len(problems)
-            problems.append(line)
+        problems.extend(validation_problems(exc, data))
+    return problems
+
+
+def validation_problems(exc: ValidationError, data: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """Return pydantic's complaints about `data` as lines a person reads: `key.sub=value: why`.
+
+    One line per key (a union's members each complain; their reasons are joined), an unknown
+    key says so by name, and a complaint about a whole mapping names the mapping, not its repr.
+    `prefix` is where `data` sits in a larger file (`domains.chat.`).
+    """
+    problems: list[str] = []
+    seen: dict[str, int] = {}
+    for err in exc.errors():
+        # pydantic adds validator and union-member names to the location; keep the keys
+        loc = [p for p in err["loc"] if isinstance(p, str) and p.replace("_", "").isalnum()]
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            parent = prefix + ".".join(loc[:-1])
+            problems.append(f"{parent + ': ' if parent else ''}unknown key {loc[-1]!r}")
+            continue
+        value = _lookup(data, loc)
+        key = prefix + ".".join(loc) if loc else prefix.rstrip(".")
+        if not key:
+            line = msg
+        elif isinstance(value, Mapping):
+            line = f"{key}: {msg}"
+        else:
+            line = f"{key}={value!r}: {msg}"
+        if key and key in seen:
+            problems[seen[key]] += f"; or {msg[0].lower()}{msg[1:]}"
+            continue
+        seen[key] = len(problems)
+        problems.append(line)
     return problems
 
 

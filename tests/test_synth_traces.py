@@ -248,9 +248,9 @@ def test_bad_generation_arguments_raise_errors_naming_them(kwargs: dict[str, obj
 @pytest.mark.parametrize(
     ("overrides", "needle"),
     [
-        ({"domains": {"chat": {"drift_rho": 1.0}}}, "domains.chat: drift_rho=1.0"),
-        ({"domains": {"math": {"target_accept_len": 9.0}}}, "domains.math: target_accept_len=9.0"),
-        ({"domains": {"code": {"token_sd": -0.1}}}, "domains.code: token_sd=-0.1"),
+        ({"domains": {"chat": {"drift_rho": 1.0}}}, "domains.chat.drift_rho=1.0"),
+        ({"domains": {"math": {"target_accept_len": 9.0}}}, "domains.math.target_accept_len=9.0"),
+        ({"domains": {"code": {"token_sd": -0.1}}}, "domains.code.token_sd=-0.1"),
         ({"domains": {"code": {"slopes": 0.1}}}, "unknown key 'slopes'"),
         ({"raw_temperature": 0}, "raw_temperature=0"),
         ({"gamma": 7}, "unknown key 'gamma'"),

@@ -14,11 +14,13 @@ by hand (`StepBatch.from_conf`) and call `decide` directly.
 from __future__ import annotations
 
 import abc
+import functools
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+from pydantic import Field, TypeAdapter, ValidationError
 
 from sparksim.errors import ConfigError
 from sparksim.profile import Profile
@@ -221,28 +223,35 @@ def drafted_positions(policy: Policy, profile: Profile, drafter: str | None, blo
 
 
 def check_int(name: str, value: Any, lo: int, hi: int | None = None) -> int:
-    """Validate an integer parameter; raise ConfigError naming it and its value."""
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        try:
-            if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-                value = int(value)
-            else:
-                raise ValueError
-        except ValueError:
-            raise ConfigError(f"policy parameter {name}={value!r} must be an integer") from None
-    v = int(value)
-    if v < lo or (hi is not None and v > hi):
-        bound = f"{lo}..{hi}" if hi is not None else f">= {lo}"
-        raise ConfigError(f"policy parameter {name}={v} is out of range ({bound})")
-    return v
+    """Validate an integer parameter in lo..hi (a string of digits is read, a bool is not).
+
+    Raises ConfigError naming the parameter, its value and the reason.
+    """
+    if isinstance(value, np.integer):
+        value = int(value)
+    return int(_checked(name, value, Annotated[int, Field(ge=lo, le=hi)]))
 
 
 def check_float(name: str, value: Any, lo: float, hi: float) -> float:
     """Validate a float parameter in [lo, hi]; raise ConfigError naming it and its value."""
+    if isinstance(value, np.floating | np.integer):
+        value = float(value)
+    return float(_checked(name, value, Annotated[float, Field(ge=lo, le=hi, allow_inf_nan=False)]))
+
+
+@functools.cache
+def _adapter(kind: Any) -> TypeAdapter[Any]:
+    return TypeAdapter(kind)
+
+
+def _checked(name: str, value: Any, kind: Any) -> Any:
+    if isinstance(value, bool):  # pydantic's lax mode would read True as 1
+        raise ConfigError(f"policy parameter {name}={value!r}: a number is needed, not a bool")
     try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"policy parameter {name}={value!r} must be a number") from None
-    if not lo <= v <= hi:
-        raise ConfigError(f"policy parameter {name}={v} is out of range ([{lo}, {hi}])")
-    return v
+        return _adapter(kind).validate_python(value)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        # a value out of range shows as the number it was read as; one that is no number, as typed
+        ranged = err["type"] in {"greater_than_equal", "less_than_equal"}
+        shown = _adapter(kind.__origin__).validate_python(value) if ranged else repr(value)
+        raise ConfigError(f"policy parameter {name}={shown}: {err['msg']}") from None
