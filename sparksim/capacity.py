@@ -22,7 +22,7 @@ import difflib
 import math
 import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +32,7 @@ import pandas as pd
 from sparksim.errors import ConfigError
 from sparksim.frontier import overloaded
 from sparksim.metrics import PERCENTILES, UNFINISHED_SHARE
-from sparksim.sweep import SweepPoint, point_key, resolve_point
+from sparksim.sweep import SweepPoint, resolve_point, run_rows
 from sparksim.sweep_pool import start_pool, stop_pool
 from sparksim.sweep_store import PointStore
 
@@ -254,33 +254,14 @@ def run_points(
     pool: ProcessPoolExecutor | None,
     progress: Callable[[int, int], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """Return each point's row: read back from `store`, or simulated (in `pool`) and saved at once."""
-    # a sweep's key with a prefix: a capacity row holds other columns than a sweep row, so an
-    # OUT/points/ shared by both must never hand one command the other's row
-    keys = [f"capacity{CAPACITY_FORMAT}-{point_key(*resolve_point(scenario_path, base_sets, p), p)}"
-            for p in points]
-    rows: list[dict[str, Any] | None] = [store.get(k) for k in keys]
-    todo = [i for i, row in enumerate(rows) if row is None]
-    done = len(points) - len(todo)
+    """Return each point's row: read back from `store`, or simulated (in `pool`) and saved at once.
 
-    def finish(i: int, row: dict[str, Any]) -> None:
-        nonlocal done
-        rows[i] = row
-        store.put(keys[i], row)
-        done += 1
-        if progress:
-            progress(done, len(points))
-
-    if progress:
-        progress(done, len(points))
-    if pool is not None and len(todo) > 1:
-        futs = {pool.submit(run_capacity_point, scenario_path, list(base_sets), points[i]): i for i in todo}
-        for fut in as_completed(futs):
-            finish(futs[fut], fut.result())
-    else:
-        for i in todo:
-            finish(i, run_capacity_point(scenario_path, base_sets, points[i]))
-    return [row for row in rows if row is not None]
+    The sweep's own loop (`sweep.run_rows`) with capacity's row; the keys carry a prefix, as
+    a capacity row holds other columns than a sweep row and `OUT/points/` may be shared.
+    """
+    return run_rows(scenario_path, base_sets, points, store=store, pool=pool, workers=1,
+                    row=run_capacity_point, key_prefix=f"capacity{CAPACITY_FORMAT}-",
+                    progress=progress, check_inputs=False)
 
 
 def find_capacity(

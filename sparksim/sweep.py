@@ -17,7 +17,7 @@ import itertools
 import json
 import os
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import as_completed
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -128,6 +128,9 @@ def run_point(scenario_path: str | None, base_sets: Sequence[str], point: SweepP
     return row  # no wall-clock figures: the table is reproducible byte for byte
 
 
+RowFn = Callable[[str | None, Sequence[str], SweepPoint], dict[str, Any]]
+
+
 def run_sweep(
     scenario_path: str | None,
     base_sets: Sequence[str],
@@ -138,12 +141,36 @@ def run_sweep(
     progress: Callable[[int, int], None] | None = None,
     store: PointStore | None = None,
 ) -> pd.DataFrame:
+    """Run every point (`run_rows`); return the table, one row per point in `points` order."""
+    return pd.DataFrame(run_rows(scenario_path, base_sets, points, workers=workers, backend=backend,
+                                 progress=progress, store=store))
+
+
+def run_rows(
+    scenario_path: str | None,
+    base_sets: Sequence[str],
+    points: Sequence[SweepPoint],
+    *,
+    workers: int | None = None,
+    backend: str = "process",
+    progress: Callable[[int, int], None] | None = None,
+    store: PointStore | None = None,
+    row: RowFn = run_point,
+    key_prefix: str = "",
+    pool: ProcessPoolExecutor | None = None,
+    check_inputs: bool = True,
+) -> list[dict[str, Any]]:
     """Run every point; return one row per point in `points` order.
 
     With a `store`, points it already holds are read back instead of simulated (counted in
     `store.reused`) and each simulated point is saved the moment it finishes, so a sweep
     stopped by Ctrl-C (KeyboardInterrupt, raised once the workers are ended) or a crash
     resumes where it stopped.
+
+    `row` makes a point's row (`run_point`; `sparksim capacity` keeps other columns, under
+    keys starting with `key_prefix` so one store never hands a command another's row). A
+    caller that runs many batches may hold its own `pool` (left running) and check the
+    inputs once itself (`check_inputs=False`).
     """
     if not points:
         raise ConfigError("the sweep is empty: give at least one policy and one grid point")
@@ -153,25 +180,26 @@ def run_sweep(
     keys: list[str] = []
     if store is not None:
         for i, p in enumerate(points):
-            keys.append(point_key(*resolve_point(scenario_path, base_sets, p), p))
+            keys.append(key_prefix + point_key(*resolve_point(scenario_path, base_sets, p), p))
             rows[i] = store.get(keys[i])
-    todo = [i for i, row in enumerate(rows) if row is None]
-    # fail fast on a bad scenario/policy before spawning anything
-    for point in {points[i].policy: points[i] for i in todo}.values():
-        load_inputs(*resolve_point(scenario_path, base_sets, point))
+    todo = [i for i, r in enumerate(rows) if r is None]
+    if check_inputs:  # fail fast on a bad scenario/policy before spawning anything
+        for point in {points[i].policy: points[i] for i in todo}.values():
+            load_inputs(*resolve_point(scenario_path, base_sets, point))
     done = len(points) - len(todo)
-    if progress and done:
+    if progress:  # the first report: points read back (0 when none)
         progress(done, len(points))
 
-    def finish(i: int, row: dict[str, Any]) -> None:
+    def finish(i: int, result: dict[str, Any]) -> None:
         nonlocal done
-        rows[i] = row
+        rows[i] = result
         if store is not None:
-            store.put(keys[i], row)
+            store.put(keys[i], result)
         done += 1
         if progress:
             progress(done, len(points))
 
+    own_pool = pool is None and backend == "process" and (workers or os.cpu_count() or 1) > 1
     if backend == "ray" and todo:
         try:
             import ray  # optional extra
@@ -180,26 +208,28 @@ def run_sweep(
 
         if not ray.is_initialized():
             ray.init(ignore_reinit_error=True)
-        remote = ray.remote(run_point)
+        remote = ray.remote(row)
         refs = {remote.remote(scenario_path, list(base_sets), points[i]): i for i in todo}
         pending = list(refs)
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
             finish(refs[ready[0]], ray.get(ready[0]))
-    elif backend == "process" and (workers or os.cpu_count() or 1) > 1 and len(todo) > 1:
-        pool = start_pool(min(workers or os.cpu_count() or 1, len(todo)))
+    elif len(todo) > 1 and (pool is not None or own_pool):
+        running = pool or start_pool(min(workers or os.cpu_count() or 1, len(todo)))
         try:
-            futs = {pool.submit(run_point, scenario_path, list(base_sets), points[i]): i for i in todo}
+            futs = {running.submit(row, scenario_path, list(base_sets), points[i]): i for i in todo}
             for fut in as_completed(futs):
                 finish(futs[fut], fut.result())
         except BaseException:
-            stop_pool(pool)  # Ctrl-C or a failed point: do not wait for the running points
+            if running is not pool:
+                stop_pool(running)  # Ctrl-C or a failed point: do not wait for the running points
             raise
-        pool.shutdown()
+        if running is not pool:
+            running.shutdown()
     else:
         for i in todo:
-            finish(i, run_point(scenario_path, base_sets, points[i]))
-    return pd.DataFrame([r for r in rows if r is not None])
+            finish(i, row(scenario_path, base_sets, points[i]))
+    return [r for r in rows if r is not None]
 
 
 def write_sweep(out: Path, table: pd.DataFrame, meta: dict[str, Any]) -> Path:

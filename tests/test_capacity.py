@@ -18,11 +18,14 @@ from sparksim.capacity import (
     Bracket,
     bisect,
     find_capacity,
+    load_sets,
     miss_reason,
     parse_slos,
+    run_points,
 )
 from sparksim.cli import app
 from sparksim.errors import ConfigError
+from sparksim.sweep import SweepPoint, run_rows
 from sparksim.sweep_store import PointStore
 
 runner = CliRunner()
@@ -183,3 +186,18 @@ def test_bad_input_fails_in_one_line_before_anything_runs(
 def test_a_bound_given_twice_is_an_error() -> None:
     with pytest.raises(ConfigError, match="given twice"):
         parse_slos(["p90_tpot_ms=5", "p90_tpot_ms=6"])
+
+
+def test_a_sweep_and_a_capacity_search_sharing_points_never_read_each_others_rows(
+    sloped_profile: Path, varied_traces: Path, tmp_path: Path
+) -> None:
+    # Both commands keep their runs in OUT/points/ with the same loop; a capacity row holds
+    # percentiles a sweep row lacks, so reading the other's row would break the SLO check.
+    store = PointStore(tmp_path / "points")
+    base = tiny_base(sloped_profile, varied_traces)
+    point = SweepPoint("static:gamma=1", ("seed=0", *load_sets("poisson", 8.0)))
+    swept = run_rows(None, base, [point], store=store, workers=1)
+    searched = run_points(None, base, [point], store=store, pool=None)
+    assert store.reused == 0
+    assert "p90_tpot_ms" in searched[0] and "p90_tpot_ms" not in swept[0]
+    assert run_points(None, base, [point], store=store, pool=None) == searched and store.reused == 1
