@@ -38,7 +38,7 @@ from sparksim.sweep_store import PointStore
 
 SLO_KEYS = tuple(f"{stat}_{metric}_ms" for metric in ("ttft", "tpot", "e2el")
                  for stat in ("mean", *(label for label, _ in PERCENTILES)))
-CAPACITY_FORMAT = 1  # part of every run's key: raise it when a run's row changes meaning
+CAPACITY_FORMAT = 2  # part of every run's key: raise it when a run's row changes meaning
 BELOW, FOUND, ABOVE = "below the range", "found", "above the range"
 
 
@@ -71,8 +71,9 @@ def miss_reason(row: dict[str, Any], slos: dict[str, float]) -> str:
     """Return why a run's row misses the SLOs ('' when it meets them): the first bound broken, or overload."""
     if bool(overloaded(pd.DataFrame([row])).iloc[0]):
         arrived = row["steady_requests"] + row["steady_unfinished"]
-        return (f"overloaded ({row['steady_unfinished']} of {arrived} steady-window requests "
-                f"unfinished, over {UNFINISHED_SHARE:.0%})")
+        waiting = row.get("steady_waiting", row["steady_unfinished"])
+        return (f"overloaded ({waiting} of {arrived} steady-window requests still queued "
+                f"at the horizon, over {UNFINISHED_SHARE:.0%})")
     for key, bound in slos.items():
         value = row.get(key)
         if value is None or not value <= bound:  # NaN: no request finished in the window
@@ -240,7 +241,7 @@ def run_capacity_point(scenario_path: str | None, base_sets: Sequence[str], poin
         warnings.simplefilter("ignore")
         s = simulate(sc, base).summary
     row: dict[str, Any] = {"policy": point.policy, "label": s["policy_label"], "seed": s["seed"]}
-    for key in (*SLO_KEYS, "steady_requests", "steady_unfinished"):
+    for key in (*SLO_KEYS, "steady_requests", "steady_unfinished", "steady_waiting"):
         row[key] = s.get(key)
     return row
 

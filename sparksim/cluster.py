@@ -302,6 +302,19 @@ class Cluster:
 
     # ------------------------------------------------------------------ conservation
 
+    def waiting_in_window(self) -> int:
+        """Return the steady window's arrivals that have not started decoding at the horizon.
+
+        Queued for a replica, for the prefill pool, or mid chunked prefill (a prompt in the
+        pool's own prefill is not counted: at most a batch per instance). A queue that keeps
+        up leaves a few; one that grows leaves a share of the window's arrivals
+        (`frontier.overloaded`), where a request still decoding only says it is long.
+        """
+        waiting = [*self._prefill_queue]
+        for e in self.engines:
+            waiting += [*e.queue, *e.prefilling]
+        return sum(self.stats.in_window(r.spec.arrival_at) for r in waiting)
+
     def census(self) -> dict[str, int]:
         """Where every arrival is at the horizon (INV-7)."""
         running = sum(e.n + len(e.prefilling) for e in self.engines)

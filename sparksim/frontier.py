@@ -15,15 +15,21 @@ from sparksim.metrics import UNFINISHED_SHARE
 
 
 def overloaded(table: pd.DataFrame) -> pd.Series:
-    """Return, per row, whether its queue was still growing: > UNFINISHED_SHARE of arrivals unfinished.
+    """Return, per row, whether its queue was still growing at the horizon.
 
-    A table without the census columns (written before they were kept) marks no row.
+    That is: more than UNFINISHED_SHARE of the steady window's arrivals still waiting to
+    start decoding (`steady_waiting`). Requests still decoding are not counted: at a load
+    the system carries, a long response that arrived late in the window is unfinished too.
+    A table written before `steady_waiting` was kept uses every unfinished request; one
+    without the census columns marks no row.
     """
     if not {"steady_unfinished", "steady_requests"} <= set(table.columns):
         return pd.Series(False, index=table.index)
     unfinished = table["steady_unfinished"].fillna(0).astype(float)
     arrived = table["steady_requests"].fillna(0).astype(float) + unfinished
-    return (arrived > 0) & (unfinished > UNFINISHED_SHARE * arrived)
+    waiting = (table["steady_waiting"].fillna(0).astype(float) if "steady_waiting" in table.columns
+               else unfinished)
+    return (arrived > 0) & (waiting > UNFINISHED_SHARE * arrived)
 
 
 def pareto_frontier(df: pd.DataFrame, x: str = "interactivity", y: str = "tput_per_gpu") -> pd.DataFrame:

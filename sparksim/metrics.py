@@ -90,6 +90,9 @@ def summarize(
         # arrived in the window but unfinished at the horizon: latency figures leave them out,
         # so a large share means the system is saturated and the latencies are optimistic
         "steady_unfinished": max(census.get("arrived_in_window", len(steady)) - len(steady), 0),
+        # of those, the ones that had not started decoding (still queued): a growing queue
+        "steady_waiting": census.get("waiting_in_window",
+                                     max(census.get("arrived_in_window", len(steady)) - len(steady), 0)),
         "request_throughput": len(finished_in_window) / window_s,
         "output_throughput": out_tput,
         "tput_per_gpu": out_tput / gpus,

@@ -179,6 +179,7 @@ def simulate(
     steps = cluster.step_records.to_frame() if cluster.step_records is not None else None
     census = cluster.census()
     census["arrived_in_window"] = cluster.arrived_in_window
+    census["waiting_in_window"] = cluster.waiting_in_window()
     policy = cluster.policies[0]
     num_steps = sum(e.step_index for e in cluster.engines)
     violations = check_run(

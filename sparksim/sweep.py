@@ -38,9 +38,9 @@ ROW_METRICS = (
     "mean_ttft_ms", "p99_ttft_ms", "median_itl_ms", "mean_e2el_ms", "mean_acceptance_length",
     "verify_budget_per_request", "request_throughput", "completed", "engine_steps",
     # the steady window's census: a point with many unfinished had a queue still growing
-    "steady_requests", "steady_unfinished",
+    "steady_requests", "steady_unfinished", "steady_waiting",
 )
-POINT_FORMAT = 2  # part of every point's key: raise it when a row's contents change meaning
+POINT_FORMAT = 3  # part of every point's key: raise it when a row's contents change meaning
 
 
 @dataclass(frozen=True)

@@ -93,6 +93,14 @@ def test_an_overloaded_run_misses_the_slos_however_good_its_latencies() -> None:
     assert "unmeasured" in miss_reason(nan, {"p90_tpot_ms": 50})
 
 
+def test_only_requests_still_queued_count_as_overload_not_long_ones_still_decoding() -> None:
+    # A run whose window ends with long responses mid-decode is not overloaded: its queue
+    # kept up. Before steady_waiting was kept, every unfinished request counted.
+    row = {"p90_tpot_ms": 1.0, "steady_requests": 90, "steady_unfinished": 10, "steady_waiting": 1}
+    assert miss_reason(row, {"p90_tpot_ms": 50}) == ""
+    assert "9 of 100" in miss_reason({**row, "steady_waiting": 9}, {"p90_tpot_ms": 50})
+
+
 def test_a_looser_slo_never_gives_a_lower_capacity(
     sloped_profile: Path, varied_traces: Path, tmp_path: Path
 ) -> None:
@@ -201,3 +209,18 @@ def test_a_sweep_and_a_capacity_search_sharing_points_never_read_each_others_row
     assert store.reused == 0
     assert "p90_tpot_ms" in searched[0] and "p90_tpot_ms" not in swept[0]
     assert run_points(None, base, [point], store=store, pool=None) == searched and store.reused == 1
+
+
+@pytest.mark.parametrize(("rate", "overloaded_run"), [(5, False), (400, True)])
+def test_a_run_ending_mid_decode_is_not_overload_but_a_growing_queue_is(
+    sloped_profile: Path, varied_traces: Path, rate: float, overloaded_run: bool
+) -> None:
+    # No cool-down: at 5 req/s the window's last arrivals are still decoding at the horizon
+    # (unfinished, not queued); at 400 req/s the queue grows and most arrivals never start.
+    base = [f"profile={sloped_profile}", f"traces={varied_traces}", "run.duration_s=6",
+            "run.cooldown_s=0", "run.warmup_s=1"]
+    point = SweepPoint("static:gamma=1", ("seed=0", *load_sets("poisson", rate)))
+    row = sparksim.capacity.run_capacity_point(None, base, point)
+    assert row["steady_unfinished"] > 0.05 * (row["steady_requests"] + row["steady_unfinished"])
+    assert (row["steady_waiting"] > 0) is overloaded_run
+    assert miss_reason(row, {"p90_tpot_ms": 1e6}).startswith("overloaded") is overloaded_run

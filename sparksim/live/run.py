@@ -89,6 +89,7 @@ def live_simulate(scenario: Scenario, base: Path | None, *, target: Path, drafte
     steps = engine.step_records.to_frame()
     census = engine.census()
     census["arrived_in_window"] = engine.arrived_in_window
+    census["waiting_in_window"] = sum(engine.stats.in_window(r.arrival_at) for r in engine.waiting)
     extra: dict[str, Any] = {
         **run_inputs_summary(scenario, policy, profile, traces),
         "engine_steps": engine.step_index,
