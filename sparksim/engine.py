@@ -137,6 +137,8 @@ class Engine:
         self.attn_adds = profile.attention_compute_adds  # FLOPs add to the KV read (else max)
         self.attn_padded = profile.attention_kv_padded  # attention over the longest context, not the sum
         self.prefill_first = cl.prefill.schedule == "prefill-first"
+        # the engine loop's own time before a step (a CPU engine's host work; none on a GPU profile)
+        self.loop = bool(profile.loop_table)
         self.max_context_tokens = cl.max_context_tokens or (1 << 62)
         self.reserve = traces.gamma + 1 if self.drafts else 1  # KV slots a step may write
         self.gamma = traces.gamma
@@ -318,6 +320,11 @@ class Engine:
         while True:
             if self.queue:
                 self._admit()
+            if self.loop and (self.n or self.prefilling):
+                # before a step the host finishes the last one's requests and forms this one
+                # (cost_model.loop_ms): a prompt-only step's, or a decode step's
+                kind = "prefill" if self.prefilling and self.prefill_first else "decode"
+                yield env.timeout(profile.loop_s(self.drafts, kind, self.n))
             if self.kv_used + self.n * self.reserve > self.kv_capacity:
                 self._preempt_if_needed()
             n = self.n

@@ -192,6 +192,25 @@ class Profile:
         return (a + b * requests) / 1e3
 
     @functools.cached_property
+    def loop_table(self) -> dict[tuple[str, str], tuple[float, float]]:
+        """(mode, kind) -> (a ms, b ms per running request) of the engine loop's time before a step.
+
+        Card `cost_model.loop_ms.{plain|drafting}.{decode|prefill}`, measured by `sparksim
+        profile live` from the idle gaps between a live session's steps: finishing requests,
+        making the next ones, forming the batch, bookkeeping — the engine's own time outside its
+        step functions. Empty for an engine whose host work overlaps its steps (a GPU's).
+        """
+        cm = self.card.get("cost_model") or {}
+        table = cm.get("loop_ms") if isinstance(cm, dict) else None
+        return {(str(mode), str(kind)): (float(v["a_ms"]), float(v["b_ms_per_request"]))
+                for mode, kinds in (table or {}).items() for kind, v in kinds.items()}
+
+    def loop_s(self, drafting: bool, kind: str, requests: int) -> float:
+        """Seconds the engine loop spends before a `kind` (decode or prefill) step with `requests` running."""
+        a, b = self.loop_table.get(("drafting" if drafting else "plain", kind), (0.0, 0.0))
+        return (a + b * requests) / 1e3
+
+    @functools.cached_property
     def attention_kv_padded(self) -> bool:
         """True when the card's `cost_model.attention_kv` is `padded`: the engine's attention runs over
         the batch padded to its longest context (and its longest verified block), so a step pays
@@ -822,6 +841,9 @@ def _check_cost_card(card: dict[str, Any], problems: list[str]) -> None:
             if not (isinstance(v, dict) and _nonneg(v.get("a_ms")) and _nonneg(v.get("b_ms_per_request"))):
                 problems.append(f"card.yaml: cost_model.decision_ms.{name}={v!r} must be a mapping with "
                                 "a_ms and b_ms_per_request >= 0")
+        loop = cm.get("loop_ms") if isinstance(cm, dict) else None
+        if loop is not None:
+            _check_loop_card(loop, problems)
         kv_how = cm.get("attention_kv", "sum") if isinstance(cm, dict) else "sum"
         if kv_how not in ("sum", "padded"):
             problems.append(f"card.yaml: cost_model.attention_kv={kv_how!r} must be sum or padded")
@@ -844,6 +866,23 @@ def _check_cost_card(card: dict[str, Any], problems: list[str]) -> None:
         problems.append(
             f"card.yaml: memory.hbm_bytes={mem['hbm_bytes']} (x 0.9) cannot hold memory.weights_bytes="
             f"{mem['weights_bytes']} + memory.activation_reserve_bytes={mem.get('activation_reserve_bytes', 0)}")
+
+
+def _check_loop_card(loop: Any, problems: list[str]) -> None:
+    """`cost_model.loop_ms`: {plain|drafting: {decode|prefill: {a_ms, b_ms_per_request}}}, every figure >= 0."""
+    if not isinstance(loop, dict) or not loop:
+        problems.append(f"card.yaml: cost_model.loop_ms={loop!r} must map plain/drafting to decode/prefill fits")
+        return
+    for mode, kinds in loop.items():
+        if mode not in ("plain", "drafting") or not isinstance(kinds, dict):
+            problems.append(f"card.yaml: cost_model.loop_ms.{mode}: the modes are plain and drafting, "
+                            "each a mapping of decode/prefill fits")
+            continue
+        for kind, v in kinds.items():
+            if kind not in ("decode", "prefill") or not (
+                    isinstance(v, dict) and _nonneg(v.get("a_ms")) and _nonneg(v.get("b_ms_per_request"))):
+                problems.append(f"card.yaml: cost_model.loop_ms.{mode}.{kind}={v!r}: the kinds are decode "
+                                "and prefill, each a mapping with a_ms and b_ms_per_request >= 0")
 
 
 def _nonneg(value: Any) -> bool:

@@ -597,3 +597,22 @@ def test_cli_live_writes_a_results_folder(pair: Pair, tmp_path: Path) -> None:
     assert summary["live"]["positions_drafted"] == 4  # a block drafter drafts its whole block (γ = 4)
     assert summary["completed"] >= 1
     assert 1.0 <= summary["mean_acceptance_length"] <= 2.0
+
+
+def test_the_engine_loop_is_measured_from_live_sessions_into_the_card(pair: Pair, tmp_path: Path) -> None:
+    """sparksim profile live's loop phase: gaps between a live session's steps, fitted per mode and kind."""
+    import shutil
+
+    from sparksim.live.profile import add_loop, measure_loop
+    from sparksim.profile import load_profile
+
+    prof = tmp_path / "prof"
+    shutil.copytree(PROFILE, prof)
+    loop = measure_loop(prof, pair.target, pair.drafter, str(pair.traces), users=(2,), seconds=1.0)
+    assert set(loop) == {"plain", "drafting"}
+    for mode in loop.values():
+        assert mode["decode"]["gaps"] > 10 and mode["decode"]["median_ms"] > 0
+        assert mode["decode"]["a_ms"] >= 0 and mode["decode"]["b_ms_per_request"] >= 0
+    add_loop(prof, loop, "test")
+    loaded = load_profile(prof)
+    assert loaded.loop_s(True, "decode", 2) > 0 and "test" in loaded.card["cost_model"]["loop_note"]

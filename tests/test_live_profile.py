@@ -131,6 +131,68 @@ def test_a_bad_decision_table_or_attention_mode_is_named(tmp_path: Path) -> None
     assert "decision_ms.static" in problems
 
 
+LOOP = {"plain": {"decode": {"a_ms": 0.05, "b_ms_per_request": 0.01},
+                  "prefill": {"a_ms": 0.3, "b_ms_per_request": 0.02}},
+        "drafting": {"decode": {"a_ms": 0.1, "b_ms_per_request": 0.005},
+                     "prefill": {"a_ms": 0.4, "b_ms_per_request": 0.0}}}
+
+
+def _with_loop(prof: Path, loop: object) -> Path:
+    card = yaml.safe_load((prof / "card.yaml").read_text())
+    card["cost_model"]["loop_ms"] = loop
+    (prof / "card.yaml").write_text(yaml.safe_dump(card))
+    return prof
+
+
+@pytest.mark.parametrize(("policy", "mode"), [({"name": "static", "gamma": 3}, "drafting"),
+                                              ({"name": "static", "gamma": 0}, "plain")])
+def test_the_engine_loop_waits_before_each_step_as_the_card_says(
+        tmp_path: Path, policy: dict[str, object], mode: str) -> None:
+    """cost_model.loop_ms: the idle time before a decode step (a + b·R) and before a prompt-only step."""
+    prof = _with_loop(_profile(tmp_path, adds=True), LOOP)
+    assert load_profile(prof).loop_s(mode == "drafting", "prefill", 4) == pytest.approx(
+        (LOOP[mode]["prefill"]["a_ms"] + 4 * LOOP[mode]["prefill"]["b_ms_per_request"]) / 1e3)
+    sc = _scenario(prof)
+    sc["policy"] = policy
+    res = simulate(parse_scenario(sc))
+    steps = res.steps
+    assert steps is not None and res.violations == []
+    gap = (steps["start_at"].shift(-1) - steps["start_at"] - steps["step_s"]).to_numpy()[:-1] * 1e3
+    nxt = steps.iloc[1:]
+    decode = (nxt["num_requests"] > 0).to_numpy()
+    fit = LOOP[mode]
+    want = np.where(decode, fit["decode"]["a_ms"] + fit["decode"]["b_ms_per_request"] * nxt["num_requests"],
+                    fit["prefill"]["a_ms"])  # before a prompt-only step: b·R of the still-running ones
+    if mode == "drafting":  # prefill b is 0, so every gap is known exactly
+        np.testing.assert_allclose(gap, want, rtol=1e-9, atol=1e-9)
+    else:
+        np.testing.assert_allclose(gap[decode], want[decode], rtol=1e-9, atol=1e-9)
+        assert (gap[~decode] >= fit["prefill"]["a_ms"] - 1e-9).all() and (~decode).any()
+    # the same run without the loop has no gaps and more steps in the same horizon
+    bare = simulate(parse_scenario(_scenario(_profile(tmp_path / "bare", adds=True)) | {"policy": policy}))
+    assert bare.steps is not None and len(bare.steps) > len(steps)
+
+
+def test_loop_gaps_reads_the_idle_time_before_each_step() -> None:
+    from sparksim.live.profile import loop_gaps
+
+    steps = pd.DataFrame({"start_at": [0.0, 0.010, 0.0152, 0.030], "step_s": [0.009, 0.005, 0.004, 0.004],
+                          "prefill_tokens": [80, 0, 0, 40], "num_requests": [0, 3, 3, 0]})
+    gaps = loop_gaps(steps)
+    assert gaps["kind"].tolist() == ["decode", "decode", "prefill"]
+    assert gaps["requests"].tolist() == [3, 3, 3]
+    np.testing.assert_allclose(gaps["gap_ms"], [1.0, 0.2, 10.8], atol=1e-9)
+
+
+def test_a_bad_loop_table_is_named(tmp_path: Path) -> None:
+    from sparksim.profile import check_profile
+
+    prof = _with_loop(_profile(tmp_path, adds=True),
+                      {"plain": {"decode": {"a_ms": -0.1, "b_ms_per_request": 0.0}}, "fast": {}})
+    problems = " ".join(check_profile(prof))
+    assert "loop_ms.plain.decode" in problems and "loop_ms.fast" in problems
+
+
 def test_profile_live_runs_end_to_end_on_tiny_models(tmp_path: Path) -> None:
     """The command measures, fits, writes a profile that loads with a drafter and decision times."""
     pytest.importorskip("torch")
@@ -145,7 +207,7 @@ def test_profile_live_runs_end_to_end_on_tiny_models(tmp_path: Path) -> None:
     res = CliRunner().invoke(app, [
         "profile", "live", "--target", str(target), "--drafter", str(drafter), "--requests", "1,3",
         "--contexts", "8,24", "--prompt-lengths", "4,8,16", "--replays", "1", "--warmup", "0",
-        "--rounds", "1", "--out", str(out)])
+        "--rounds", "1", "--loop-traces", "", "--out", str(out)])
     assert res.exit_code == 0, res.output
     prof = load_profile(out)
     assert prof.source == "measured" and prof.attention_compute_adds

@@ -55,16 +55,54 @@ def live(
     threads: int = typer.Option(1, "--threads", help="torch threads (as `sparksim live` runs)"),
     out: Path = typer.Option(Path("profiles/cpu-tinylm-d128-live-measured"), "--out", help="profile folder to write"),
     note: str = typer.Option("", "--note", help="a remark for the card"),
+    loop_traces: str = typer.Option("traces/tinylm-d128-l6-dspark-recorded", "--loop-traces",
+                                    help="trace set whose prompts the loop sessions serve ('' skips the loop)"),
+    loop_seconds: float = typer.Option(5.0, "--loop-seconds", help="seconds per loop session"),
+    loop_only: bool = typer.Option(False, "--loop-only",
+                                   help="measure only the loop and add it to the profile at --out"),
 ) -> None:
-    """Measure the live engine's own step functions (sparksim live) into a profile the simulator reads."""
+    """Measure the live engine's own step functions (sparksim live) into a profile the simulator reads.
+
+    Then, unless --loop-traces is '', the engine loop's time between steps, from short live
+    sessions (2, 8 and 24 users; plain decoding and static drafting), into cost_model.loop_ms.
+    """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from sparksim.cli.record import _need_torch
 
     _need_torch()
     from sparksim.live.engine import LiveModels
-    from sparksim.live.profile import LiveProfileConfig, measure, write_live_profile
+    from sparksim.live.profile import (
+        LOOP_USERS,
+        LiveProfileConfig,
+        add_loop,
+        measure,
+        measure_loop,
+        write_live_profile,
+    )
     from sparksim.profiling.sweep import parse_int_list
+
+    def loop(path: Path) -> None:
+        command = shlex.join([
+            "sparksim", "profile", "live", "--loop-only", "--target", str(target),
+            *(["--drafter", str(drafter)] if drafter is not None else []), "--loop-traces", loop_traces,
+            "--loop-seconds", str(loop_seconds), "--threads", str(threads), "--out", str(path)])
+        modes = 2 if drafter is not None else 1
+        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=err_console, transient=False) as bar:
+            task = bar.add_task("timing the engine loop", total=modes * len(LOOP_USERS))
+            gaps = measure_loop(path, target, drafter, loop_traces, seconds=loop_seconds, threads=threads,
+                                progress=lambda label: bar.update(task, advance=1, description=label))
+        add_loop(path, gaps, command)
+        console.print(f"[green]added[/] cost_model.loop_ms to {path}", highlight=False)
+
+    if loop_only:
+        if not (out / "card.yaml").is_file():
+            raise ConfigError(f"--loop-only: {out} holds no profile to add the loop to")
+        if not loop_traces:
+            raise ConfigError("--loop-only needs --loop-traces (the prompts the sessions serve)")
+        loop(out)
+        return
 
     cfg = LiveProfileConfig(parse_int_list(requests, "--requests"), parse_int_list(contexts, "--contexts"),
                             parse_int_list(prompt_lengths, "--prompt-lengths"), replays, warmup, rounds,
@@ -86,6 +124,8 @@ def live(
     path = write_live_profile(out, models, cfg, points, prefill, command, note)
     console.print(f"[green]wrote[/] {path} ({len(points)} decode points, {len(prefill)} prefill points)",
                   highlight=False)
+    if loop_traces:
+        loop(path)
 
 
 DEFAULT_TOKENS = "1,2,4,8,16,32,64,128,256,512"

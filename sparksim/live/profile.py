@@ -197,6 +197,69 @@ def measure_decisions(profile_dir: Path, models: LiveModels, cfg: LiveProfileCon
     return out
 
 
+LOOP_USERS = (2, 8, 24)
+
+
+def loop_gaps(steps: pd.DataFrame) -> pd.DataFrame:
+    """Return the idle gap before each step of a live run: (kind, requests, gap_ms).
+
+    `kind` is the step's (prefill: a prompt-only step; decode otherwise) and `requests` the
+    requests running while the host worked: the decode step's own, or the step's before a
+    prefill (the finished ones included: off by the one or two that just ended).
+    """
+    start = steps["start_at"].to_numpy()
+    end = start + steps["step_s"].to_numpy()
+    prefill = steps["prefill_tokens"].to_numpy() > 0
+    running = steps["num_requests"].to_numpy()
+    before = np.r_[0, running[:-1]]
+    return pd.DataFrame({"kind": np.where(prefill, "prefill", "decode")[1:],
+                         "requests": np.where(prefill, before, running)[1:],
+                         "gap_ms": (start[1:] - end[:-1]) * 1e3})
+
+
+def measure_loop(profile_dir: Path, target: Path, drafter: Path | None, traces: str, *,
+                 users: tuple[int, ...] = LOOP_USERS, seconds: float = 5.0, threads: int = 1, seed: int = 7,
+                 progress: Progress | None = None) -> dict[str, Any]:
+    """Time the live engine's loop outside its step functions, from short live sessions.
+
+    A closed loop of each `users` count serves `traces`' prompts for `seconds` with plain
+    decoding and, with a drafter, with static γ (drafting the whole block); the idle gaps
+    between consecutive steps (`loop_gaps`) are fitted per mode and kind as a + b·R (NNLS on
+    the medians per R). The sessions run on `profile_dir` (static policies read no cost) and
+    a seed of their own, not the fidelity check's.
+    """
+    from sparksim.live.run import LIVE_SCENARIO, live_simulate
+    from sparksim.runner import load_scenario
+
+    modes = [("plain", "static:gamma=0")] + ([("drafting", "static")] if drafter is not None else [])
+    out: dict[str, Any] = {}
+    for mode, spec in modes:
+        gaps = []
+        for u in users:
+            name, _, args = spec.partition(":")
+            sets = [f"{k}={v}" for k, v in LIVE_SCENARIO.items()] + [
+                f"profile={profile_dir}", f"traces={traces}", "workload.kind=closed",
+                f"workload.concurrency={u}", f"cluster.max_concurrency={u}", f"run.duration_s={seconds}",
+                f"seed={seed}", *([f"policy.{args}"] if args else [])]
+            sc, base = load_scenario(None, sets, name)
+            res = live_simulate(sc, base, target=target, drafter=drafter, threads=threads)
+            assert res.steps is not None
+            gaps.append(loop_gaps(res.steps))
+            if progress is not None:
+                progress(f"loop {mode} users={u}")
+        table = pd.concat(gaps, ignore_index=True)
+        out[mode] = {}
+        for kind, g in table.groupby("kind"):
+            med = g.groupby("requests")["gap_ms"].median()
+            counts = med.index.to_numpy(np.float64)
+            ms = np.maximum(med.to_numpy(np.float64), 1e-6)
+            fit = fit_linear({"a_ms": np.ones_like(counts), "b_ms_per_request": counts}, ms)
+            out[mode][str(kind)] = {"a_ms": _r(fit.coef[0]), "b_ms_per_request": _r(fit.coef[1]),
+                                    "gaps": len(g), "median_ms": _r(float(g["gap_ms"].median())),
+                                    "max_abs_rel_residual": _r(float(np.abs(fit.rel_residuals).max()))}
+    return out
+
+
 # --------------------------------------------------------------------------- fits
 
 
@@ -333,6 +396,30 @@ def write_live_profile(out: Path, models: LiveModels, cfg: LiveProfileConfig, po
         "what the live engine spends per step asking the policy for its lengths (StepBatch, the cost "
         "model's lookups, decide, checks): simulate with cluster.pipeline=sync, cluster.decision_s=profile")
     return write_profile(out, verify_csv, card, extra=extra)
+
+
+def add_loop(profile_dir: Path, loop: dict[str, Any], command: str) -> Path:
+    """Write `loop` (from `measure_loop`) into the profile's card as `cost_model.loop_ms`, validated."""
+    import yaml
+
+    from sparksim.atomic import write_text
+    from sparksim.errors import FormatError
+    from sparksim.profile import check_profile
+
+    card_path = profile_dir / "card.yaml"
+    old = card_path.read_text()
+    card = yaml.safe_load(old)
+    card.setdefault("cost_model", {})["loop_ms"] = loop
+    card["cost_model"]["loop_note"] = (
+        "the live engine's loop outside its step functions (finishing requests, the next ones, forming the "
+        "batch, bookkeeping), fitted as a + b*R from the idle gaps between steps of short live sessions; "
+        f"the simulator waits this long before each step. Measured by: {command}")
+    write_text(card_path, yaml.safe_dump(card, sort_keys=False, width=100))
+    problems = check_profile(profile_dir)
+    if problems:
+        write_text(card_path, old)
+        raise FormatError(profile_dir, problems)
+    return profile_dir
 
 
 def _r(x: float) -> float:
