@@ -69,9 +69,9 @@ $(TRACES)/$(TARGET)-%-recorded/card.yaml: $(MODELS)/card.yaml
 # then the comparison.
 LIVE_PROFILE := profiles/cpu-tinylm-d128-live-measured
 live-profile: $(LIVE_PROFILE)/card.yaml
-$(LIVE_PROFILE)/card.yaml: $(MODELS)/card.yaml
+$(LIVE_PROFILE)/card.yaml: $(MODELS)/card.yaml $(TRACES)/$(TARGET)-dspark-recorded/card.yaml
 	$(SPARKSIM) profile live --target $(MODELS)/target --drafter $(MODELS)/dspark --rounds 3 --threads 1 \
-	  --out $(LIVE_PROFILE)
+	  --loop-traces $(TRACES)/$(TARGET)-dspark-recorded --out $(LIVE_PROFILE)
 
 fidelity: $(LIVE_PROFILE)/card.yaml $(TRACES)/$(TARGET)-dspark-recorded/card.yaml
 	$(PYTHON) analyses/fidelity.py --measure
