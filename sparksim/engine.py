@@ -139,6 +139,7 @@ class Engine:
         self.prefill_first = cl.prefill.schedule == "prefill-first"
         # the engine loop's own time before a step (a CPU engine's host work; none on a GPU profile)
         self.loop = bool(profile.loop_table)
+        self.drafts_cost = any(profile.verify_drafts_ms)  # what verifying any draft adds to a step
         self.max_context_tokens = cl.max_context_tokens or (1 << 62)
         self.reserve = traces.gamma + 1 if self.drafts else 1  # KV slots a step may write
         self.gamma = traces.gamma
@@ -374,7 +375,8 @@ class Engine:
                         fixed_tokens=fixed,
                         max_tokens=self.max_batch_tokens,
                         cost=StepCost(profile, draft_s, context_mean, kv_s,
-                                      0.0 if self.attn_adds else attn_mem_s, attn_token_s, prefill_tokens),
+                                      0.0 if self.attn_adds else attn_mem_s, attn_token_s, prefill_tokens,
+                                      profile.verify_drafts_s(m), fixed),
                         step_index=self.step_index,
                         accepted=self.t_acc.take(rows) if policy.reads_outcome else None,
                     )
@@ -404,6 +406,8 @@ class Engine:
                                else batch_tokens - prefill_tokens)  # padded: every request to the longest block
                     flops_s = attn_token_s * queries
                     verify_s += flops_s if self.attn_adds else max(flops_s - attn_mem_s, 0.0)
+                if verified and self.drafts_cost:  # rejection sampling: paid once any draft is verified
+                    verify_s += profile.verify_drafts_s(m)
             step_s = draft_s + verify_s + decision_s
             yield env.timeout(step_s)
 

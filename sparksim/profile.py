@@ -192,6 +192,23 @@ class Profile:
         return (a + b * requests) / 1e3
 
     @functools.cached_property
+    def verify_drafts_ms(self) -> tuple[float, float]:
+        """(a ms, b ms per request) a step pays once it verifies any draft (card `cost_model.verify_drafts_ms`).
+
+        Exact rejection sampling (the drafter's probabilities gathered, the residual built and
+        sampled) and the drafts scattered into the target's input: measured by `sparksim profile
+        live` as the jump between plain-decoding and drafting points. (0, 0) when not profiled.
+        """
+        cm = self.card.get("cost_model") or {}
+        v = cm.get("verify_drafts_ms") if isinstance(cm, dict) else None
+        return (float(v["a_ms"]), float(v["b_ms_per_request"])) if isinstance(v, dict) else (0.0, 0.0)
+
+    def verify_drafts_s(self, requests: int) -> float:
+        """Seconds a step of `requests` requests adds once it verifies any draft."""
+        a, b = self.verify_drafts_ms
+        return (a + b * requests) / 1e3 if requests else 0.0
+
+    @functools.cached_property
     def loop_table(self) -> dict[tuple[str, str], tuple[float, float]]:
         """(mode, kind) -> (a ms, b ms per running request) of the engine loop's time before a step.
 
@@ -841,6 +858,11 @@ def _check_cost_card(card: dict[str, Any], problems: list[str]) -> None:
             if not (isinstance(v, dict) and _nonneg(v.get("a_ms")) and _nonneg(v.get("b_ms_per_request"))):
                 problems.append(f"card.yaml: cost_model.decision_ms.{name}={v!r} must be a mapping with "
                                 "a_ms and b_ms_per_request >= 0")
+        vd = cm.get("verify_drafts_ms") if isinstance(cm, dict) else None
+        if vd is not None and not (isinstance(vd, dict) and _nonneg(vd.get("a_ms"))
+                                   and _nonneg(vd.get("b_ms_per_request"))):
+            problems.append(f"card.yaml: cost_model.verify_drafts_ms={vd!r} must be a mapping with "
+                            "a_ms and b_ms_per_request >= 0")
         loop = cm.get("loop_ms") if isinstance(cm, dict) else None
         if loop is not None:
             _check_loop_card(loop, problems)

@@ -22,14 +22,15 @@ from sparksim.runner import load_inputs, simulate
 
 def _points(coef: tuple[float, ...], draft: tuple[float, ...]) -> pd.DataFrame:
     rows = []
-    c0, c1, c2, c3, c4 = coef
+    c0, c1, c2, c3, c4, c5, c6 = coef
     d0, d1, d2, d3, d4 = draft
     for r in (1, 2, 4, 8, 16, 32):
         for c in (64, 256, 640):
             for p in range(8):
                 t, k = r * (1 + p), r * (c + 1)
                 rows.append({"requests": r, "context": c, "positions": p, "tokens": t, "kv_tokens": k,
-                             "verify_ms": c0 + c1 * t + c2 * r + c3 * k + c4 * t * k / r,
+                             "verify_ms": c0 + c1 * t + c2 * r + c3 * k + c4 * t * k / r
+                             + ((c5 + c6 * r) if p else 0.0),
                              "draft_ms": (d0 + d1 * r + d2 * r * p + d3 * p + d4 * k) if p else 0.0})
     return pd.DataFrame(rows)
 
@@ -38,10 +39,78 @@ def test_decode_fits_recover_the_costs_that_made_the_points() -> None:
     """A fit that cannot find known coefficients in noiseless points would misprice every step."""
     from sparksim.live.profile import fit_decode
 
-    verify, draft = fit_decode(_points((3.0, 0.05, 0.1, 3e-4, 1.5e-4), (1.5, 0.04, 0.035, 0.1, 5e-4)))
-    assert np.allclose(verify.coef, (3.0, 0.05, 0.1, 3e-4, 1.5e-4), rtol=1e-6)
+    known = (3.0, 0.05, 0.1, 3e-4, 1.5e-4, 0.5, 0.02)  # the last two: verifying any draft (c5 + c6·R)
+    verify, draft = fit_decode(_points(known, (1.5, 0.04, 0.035, 0.1, 5e-4)))
+    assert np.allclose(verify.coef, known, rtol=1e-6)
     assert draft is not None and np.allclose(draft.coef, (1.5, 0.04, 0.035, 0.1, 5e-4), rtol=1e-6)
     assert max(abs(x) for x in verify.rel_residuals) < 1e-9
+
+
+def test_refit_redoes_the_verify_fit_from_points_and_keeps_the_rest(tmp_path: Path) -> None:
+    """A better verify model needs no new measurement: points.csv holds every measured point."""
+    from sparksim.live.profile import refit_verify
+
+    prof = _with_loop(_profile(tmp_path, adds=True), LOOP)
+    known = (2.5, 0.04, 0.06, 4e-4, 1.3e-4, 0.5, 0.015)
+    _points(known, (1.5, 0.04, 0.035, 0.1, 5e-4)).to_csv(prof / "points.csv", index=False)
+    card = yaml.safe_load((prof / "card.yaml").read_text())
+    card["grid"] = {"requests": [1, 2, 4, 8, 16, 32]}
+    (prof / "card.yaml").write_text(yaml.safe_dump(card))
+    refit_verify(prof, "cmd")
+    loaded = load_profile(prof)
+    assert loaded.verify_drafts_ms == pytest.approx((0.5, 0.015), rel=1e-6)
+    assert loaded.verify_s_scalar(1) * 1e3 == pytest.approx(2.5 + 0.04, rel=1e-6)
+    assert loaded.attention_s(4, 1000) * 1e3 == pytest.approx(0.06 * 4 + 4e-4 * 1000, rel=1e-6)
+    assert loaded.loop_table and loaded.card["refit"]["command"] == "cmd"
+    assert (prof / "draft-d.csv").is_file()
+
+
+def test_verifying_any_draft_pays_the_drafts_overhead_in_the_engine_and_the_policies(tmp_path: Path) -> None:
+    """cost_model.verify_drafts_ms: a + b·R once a step verifies a draft; a policy prices it too."""
+    from sparksim.policies import make_policy
+    from sparksim.policies.base import StepBatch, StepCost
+
+    prof_dir = _profile(tmp_path, adds=True)
+    card = yaml.safe_load((prof_dir / "card.yaml").read_text())
+    card["cost_model"]["verify_drafts_ms"] = {"a_ms": 0.5, "b_ms_per_request": 0.02}
+    (prof_dir / "card.yaml").write_text(yaml.safe_dump(card))
+    prof = load_profile(prof_dir, mode="linear")  # as the scenarios here look it up
+    by_gamma = {}
+    for gamma in (0, 3):
+        sc = _scenario(prof_dir)
+        sc["policy"] = {"name": "static", "gamma": gamma}
+        res = simulate(parse_scenario(sc))
+        assert res.steps is not None
+        by_gamma[gamma] = res.steps[res.steps["num_requests"] > 0].iloc[2]
+    for gamma, s in by_gamma.items():
+        m, t, k = int(s["num_requests"]), int(s["batch_tokens"]), int(s["kv_tokens"])
+        want = 2.0 + (t - 1) * 0.05 + 1e-4 * k + 2e-4 * t * k / m + ((0.5 + 0.02 * m) if gamma else 0.0)
+        assert s["verify_s"] * 1e3 == pytest.approx(want, rel=1e-9)
+    # the policies' step cost jumps by the same amount at the first verified draft
+    cost = StepCost.for_decode(prof, 4, 400.0, 7, "d")
+    steps = cost.step_s([4, 5, 6]) * 1e3
+    assert steps[1] - steps[0] == pytest.approx(0.05 + 2e-4 * 100 + 0.5 + 0.02 * 4, rel=1e-9)
+    assert steps[2] - steps[1] == pytest.approx(0.05 + 2e-4 * 100, rel=1e-9)
+    # an overhead no single draft's gain repays: greedy verifies nothing; without it, it does
+    batch = StepBatch.from_conf(np.full((4, 7), 0.3), prof)
+    heavy = StepCost.for_decode(prof, 4, 400.0, 7, "d")
+    heavy.drafts_s = 1.0  # a second per step: nothing is worth it
+    batch.cost = heavy
+    assert make_policy("greedy", 7, {}).decide(batch).sum() == 0
+    free = StepCost.for_decode(prof, 4, 400.0, 7, "d")
+    free.drafts_s = 0.0
+    batch.cost = free
+    assert make_policy("greedy", 7, {}).decide(batch).sum() > 0
+
+
+def test_a_bad_drafts_overhead_is_named(tmp_path: Path) -> None:
+    from sparksim.profile import check_profile
+
+    prof = _profile(tmp_path, adds=True)
+    card = yaml.safe_load((prof / "card.yaml").read_text())
+    card["cost_model"]["verify_drafts_ms"] = {"a_ms": 0.5}
+    (prof / "card.yaml").write_text(yaml.safe_dump(card))
+    assert "verify_drafts_ms" in " ".join(check_profile(prof))
 
 
 def _profile(tmp: Path, *, adds: bool, decision: dict[str, dict[str, float]] | None = None) -> Path:

@@ -60,6 +60,8 @@ def live(
     loop_seconds: float = typer.Option(5.0, "--loop-seconds", help="seconds per loop session"),
     loop_only: bool = typer.Option(False, "--loop-only",
                                    help="measure only the loop and add it to the profile at --out"),
+    refit: bool = typer.Option(False, "--refit", help="redo the verify fit of the profile at --out from "
+                               "its points.csv (nothing measured)"),
 ) -> None:
     """Measure the live engine's own step functions (sparksim live) into a profile the simulator reads.
 
@@ -96,6 +98,14 @@ def live(
         add_loop(path, gaps, command)
         console.print(f"[green]added[/] cost_model.loop_ms to {path}", highlight=False)
 
+    if refit:
+        from sparksim.live.profile import refit_verify
+
+        if not (out / "points.csv").is_file():
+            raise ConfigError(f"--refit: {out} holds no live profile (points.csv) to refit")
+        refit_verify(out, shlex.join(["sparksim", "profile", "live", "--refit", "--out", str(out)]))
+        console.print(f"[green]refitted[/] {out} from its points.csv", highlight=False)
+        return
     if loop_only:
         if not (out / "card.yaml").is_file():
             raise ConfigError(f"--loop-only: {out} holds no profile to add the loop to")
@@ -119,7 +129,8 @@ def live(
         "sparksim", "profile", "live", "--target", str(target),
         *(["--drafter", str(drafter)] if drafter is not None else []), "--requests", requests,
         "--contexts", contexts, "--prompt-lengths", prompt_lengths, "--replays", str(replays),
-        "--warmup", str(warmup), "--rounds", str(rounds), "--threads", str(threads), "--out", str(out),
+        "--warmup", str(warmup), "--rounds", str(rounds), "--threads", str(threads),
+        "--loop-traces", loop_traces, "--loop-seconds", str(loop_seconds), "--out", str(out),
         *(["--note", note] if note else [])])
     path = write_live_profile(out, models, cfg, points, prefill, command, note)
     console.print(f"[green]wrote[/] {path} ({len(points)} decode points, {len(prefill)} prefill points)",

@@ -12,11 +12,13 @@ median kept; rounds interleave the whole grid to spread a shared machine's noise
 medians are then fitted by least squares:
 
     verify_ms = c0 + c1·T + c2·R + c3·K + c4·T·K/R      (c4: attention FLOPs per (query, KV token))
+                + [p ≥ 1]·(c5 + c6·R)                     (rejection sampling, once drafts are verified)
     draft_ms  = d0 + d1·R + d2·R·p + d3·p + d4·K          (p ≥ 1)
     prefill   = a + b·q + c·q²                             (one prompt of q tokens)
 
 and written as verify.csv (c0 + c1·T), attention.csv (c2·R + c3·K by request count), the
 card's `cost_model.attention_ms_per_query_kv_token` = c4 with `attention_compute: sum`,
+`cost_model.verify_drafts_ms` = (c5, c6),
 draft-<kind>.csv (d0 + d1·R + d2·R·p + d3·p, with `kv_ms_per_token` = d4), prefill.csv
 (a + b·q) and `prefill_attention_ms_per_token_sq` = c. The decision step (asking a policy
 for ℓ, on the critical path of a synchronous engine) is timed per policy and request count
@@ -295,8 +297,10 @@ def fit_decode(points: pd.DataFrame) -> tuple[LinearFit, LinearFit | None]:
     t = points["tokens"].to_numpy(np.float64)
     r = points["requests"].to_numpy(np.float64)
     k = points["kv_tokens"].to_numpy(np.float64)
+    s = (points["positions"].to_numpy() > 0).astype(np.float64)  # the step verifies drafts
     verify = fit_linear({"c0": np.ones_like(t), "c1_per_token": t, "c2_per_request": r,
-                         "c3_per_kv_token": k, "c4_per_query_kv_token": t * k / r},
+                         "c3_per_kv_token": k, "c4_per_query_kv_token": t * k / r,
+                         "c5_with_drafts": s, "c6_per_request_with_drafts": s * r},
                         points["verify_ms"].to_numpy(np.float64))
     d = points[points["positions"] > 0]
     if d.empty:
@@ -318,14 +322,8 @@ def write_live_profile(out: Path, models: LiveModels, cfg: LiveProfileConfig, po
     from sparksim.profiling.fit import fit_prefill
 
     verify, draft = fit_decode(points)
-    c0, c1, c2, c3, c4 = verify.coef
-    top_t = max(int(points["tokens"].max()), 512)
-    tokens = sorted({1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512, top_t})
-    verify_csv = pd.DataFrame({"tokens": tokens, "step_ms": [c0 + c1 * x for x in tokens]})
-    req_rows = sorted({1, *cfg.requests, 2 * max(cfg.requests), 256})
-    k_top = int(points["kv_tokens"].max()) * 4
-    attention = pd.DataFrame([{"requests": rr, "kv_tokens": kk, "attn_ms": c2 * rr + c3 * kk}
-                              for rr in req_rows for kk in (0, k_top)])
+    c4, c5, c6 = verify.coef[4:]
+    verify_csv, attention = _verify_tables(verify, points, cfg.requests)
     pfit = fit_prefill(prefill["tokens"].tolist(), prefill["prefill_ms"].tolist())
     p_tokens = sorted({1, *prefill["tokens"].tolist(), 4096})
     prefill_csv = pd.DataFrame({"tokens": p_tokens,
@@ -357,14 +355,19 @@ def write_live_profile(out: Path, models: LiveModels, cfg: LiveProfileConfig, po
         "cost_model": {
             "kind": "tokens+kv (sparksim.profile), least squares over the live engine's measured steps",
             "attention_ms_per_query_kv_token": c4,
+            "verify_drafts_ms": {"a_ms": c5, "b_ms_per_request": c6},
+            "verify_drafts_note": "what a step adds once it verifies any draft (exact rejection sampling with "
+                                  "the residual, the drafts scattered into the target's input): c5 + c6*R "
+                                  "of the verify fit, the jump between plain-decoding and drafting points",
             "attention_compute": "sum",
             "attention_kv": "padded",
             "attention_kv_note": "the live engine's attention runs over the batch padded to its longest context "
                                  "(a dense-mask scaled_dot_product_attention): a step pays R x the longest context; "
                                  "the points were measured at one context per point, where padded and summed agree",
             "prefill_attention_ms_per_token_sq": pfit.coef_ms_per_token_sq,
-            "verify_fit": {"model": "verify_ms = c0 + c1*T + c2*R + c3*K + c4*T*K/R (non-negative least "
-                                    "squares, relative error)", **verify.summary()},
+            "verify_fit": {"model": "verify_ms = c0 + c1*T + c2*R + c3*K + c4*T*K/R + (c5 + c6*R) if the step "
+                                    "verifies drafts (non-negative least squares, relative error)",
+                           **verify.summary()},
             "prefill_fit": pfit.summary(),
         },
         "memory_note": "the live engine preallocates its KV caches; capacity is max_concurrency slots",
@@ -420,6 +423,52 @@ def add_loop(profile_dir: Path, loop: dict[str, Any], command: str) -> Path:
         write_text(card_path, old)
         raise FormatError(profile_dir, problems)
     return profile_dir
+
+
+def _verify_tables(verify: LinearFit, points: pd.DataFrame, requests: list[int]
+                   ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """verify.csv (c0 + c1·T) and attention.csv (c2·R + c3·K by request count) of a verify fit."""
+    c0, c1, c2, c3 = verify.coef[:4]
+    top_t = max(int(points["tokens"].max()), 512)
+    tokens = sorted({1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512, top_t})
+    verify_csv = pd.DataFrame({"tokens": tokens, "step_ms": [c0 + c1 * x for x in tokens]})
+    req_rows = sorted({1, *requests, 2 * max(requests), 256})
+    k_top = int(points["kv_tokens"].max()) * 4
+    attention = pd.DataFrame([{"requests": rr, "kv_tokens": kk, "attn_ms": c2 * rr + c3 * kk}
+                              for rr in req_rows for kk in (0, k_top)])
+    return verify_csv, attention
+
+
+def refit_verify(out: Path, command: str) -> Path:
+    """Redo the verify fit of a live profile from its own points.csv; no point is measured again.
+
+    verify.csv, attention.csv and the card's verify terms (attention FLOPs, the drafts overhead,
+    the fit's summary) are rewritten; every other file and card entry (the draft and prefill
+    fits, decision and loop times, how the points were measured) stays as it was, and the card
+    says when and how it was refitted.
+    """
+    import yaml
+
+    from sparksim.profile import write_profile
+
+    card = yaml.safe_load((out / "card.yaml").read_text())
+    points = pd.read_csv(out / "points.csv")
+    verify, _ = fit_decode(points)
+    c4, c5, c6 = verify.coef[4:]
+    verify_csv, attention = _verify_tables(verify, points, [int(r) for r in card["grid"]["requests"]])
+    cm = card["cost_model"]
+    cm["attention_ms_per_query_kv_token"] = c4
+    cm["verify_drafts_ms"] = {"a_ms": c5, "b_ms_per_request": c6}
+    cm["verify_drafts_note"] = ("what a step adds once it verifies any draft (exact rejection sampling with "
+                                "the residual, the drafts scattered into the target's input): c5 + c6*R of "
+                                "the verify fit, the jump between plain-decoding and drafting points")
+    cm["verify_fit"] = {"model": "verify_ms = c0 + c1*T + c2*R + c3*K + c4*T*K/R + (c5 + c6*R) if the step "
+                                 "verifies drafts (non-negative least squares, relative error)", **verify.summary()}
+    card["refit"] = {"date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), "command": command,
+                     "what": "the verify fit redone from points.csv (no point measured again)"}
+    extra = {f.name: pd.read_csv(f) for f in sorted(out.glob("*.csv")) if f.name != "verify.csv"}
+    extra["attention.csv"] = attention
+    return write_profile(out, verify_csv, card, extra=extra)
 
 
 def _r(x: float) -> float:

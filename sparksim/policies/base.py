@@ -45,6 +45,8 @@ class StepCost:
     attn_mem_s: float = 0.0  # of kv_s: the decode requests' KV read that attention FLOPs overlap (0: they add)
     attn_token_s: float = 0.0  # attention compute per decode token at this batch's contexts
     prefill_tokens: int = 0  # prompt tokens in the step (they do not query the decode KV)
+    drafts_s: float = 0.0  # what verifying any draft adds to the step (rejection sampling; 0: nothing)
+    base_tokens: int = 0  # the step's tokens when it verifies no draft (drafts_s is paid past them)
 
     @classmethod
     def for_decode(cls, profile: Profile, requests: int, kv_tokens: float, positions: int,
@@ -59,7 +61,8 @@ class StepCost:
         coef = profile.attention_compute_coef_ms / 1e3
         return cls(profile, draft_s, kv_tokens / max(requests, 1), attn,
                    0.0 if profile.attention_compute_adds else attn,
-                   coef * kv_tokens / requests if coef and requests else 0.0, 0)
+                   coef * kv_tokens / requests if coef and requests else 0.0, 0,
+                   profile.verify_drafts_s(requests), requests)
 
     @property
     def fixed_s(self) -> float:
@@ -77,10 +80,22 @@ class StepCost:
         t = np.asarray(tokens, dtype=np.float64)
         return np.maximum(self.attn_token_s * (t - self.prefill_tokens) - self.attn_mem_s, 0.0)
 
+    @property
+    def varies(self) -> bool:
+        """Whether the step pays more than fixed + dense(B): attention FLOPs or a drafts overhead."""
+        return bool(self.attn_token_s or self.drafts_s)
+
+    def extra_s(self, tokens: ArrayLike) -> NDArray[np.float64] | float:
+        """What a step of `tokens` pays beyond fixed + dense(B): attention compute past the KV
+        read, and `drafts_s` once it verifies any draft (B past `base_tokens`)."""
+        out = self.attention_excess_s(tokens)
+        if not self.drafts_s:
+            return out
+        return out + self.drafts_s * (np.asarray(tokens) > self.base_tokens).astype(np.float64)
+
     def step_s(self, tokens: ArrayLike) -> NDArray[np.float64]:
         """Return seconds per step for each total batch size in `tokens`."""
-        return (self.fixed_s + self.profile.verify_s(tokens, self.context)
-                + self.attention_excess_s(tokens))
+        return self.fixed_s + self.profile.verify_s(tokens, self.context) + self.extra_s(tokens)
 
     def sps(self, tokens: ArrayLike) -> NDArray[np.float64]:
         """Return steps per second for each total batch size in `tokens`."""

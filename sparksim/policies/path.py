@@ -81,8 +81,8 @@ class CostTable:
         """Return step_s(B) for B = first_tokens .. first_tokens + count - 1, shape (count,)."""
         self._ensure(cost.profile, first_tokens + count)
         out = cost.fixed_s + self._verify(cost, self._rows[:, first_tokens : first_tokens + count])
-        if cost.attn_token_s:
-            out = out + cost.attention_excess_s(np.arange(first_tokens, first_tokens + count))
+        if cost.varies:
+            out = out + cost.extra_s(np.arange(first_tokens, first_tokens + count))
         return out
 
     def window(self, cost: StepCost, first_tokens: int, count: int) -> NDArray[np.float64]:
@@ -104,9 +104,8 @@ class CostTable:
             if len(self._windows) >= 16:  # batch sizes wander: keep the cache small
                 self._windows.clear()
             self._windows[key] = cached
-        if cost.attn_token_s:
-            return cached + cost.fixed_s + cost.attention_excess_s(
-                np.arange(first_tokens, first_tokens + count))
+        if cost.varies:
+            return cached + cost.fixed_s + cost.extra_s(np.arange(first_tokens, first_tokens + count))
         return cached + cost.fixed_s
 
     @property
@@ -118,8 +117,8 @@ class CostTable:
         """Return step_s(B) for each B in `tokens` (sorted ascending)."""
         self._ensure(cost.profile, int(tokens[-1]) + 1 if tokens.size else 1)
         out = cost.fixed_s + self._verify(cost, self._rows[:, tokens])
-        if cost.attn_token_s:
-            out = out + cost.attention_excess_s(tokens)
+        if cost.varies:
+            out = out + cost.extra_s(tokens)
         return out
 
     def captured_sizes(self, cost: StepCost) -> tuple[int, ...]:
