@@ -50,7 +50,7 @@ TRACES = os.environ.get("SPARKSIM_FIDELITY_TRACES", str(REPO_ROOT / "traces" / "
 POLICIES = ("static:gamma=0", "static:gamma=1", "static:gamma=7", "greedy", "argmax", "two-step")
 USERS = tuple(int(u) for u in os.environ.get("SPARKSIM_FIDELITY_USERS", "1,8,32").split(","))
 DURATION_S = float(os.environ.get("SPARKSIM_FIDELITY_DURATION", "20"))
-REPEATS = int(os.environ.get("SPARKSIM_FIDELITY_REPEATS", "2"))
+REPEATS = int(os.environ.get("SPARKSIM_FIDELITY_REPEATS", "3"))
 METRICS = {"output_throughput": "tput", "mean_tpot_ms": "tpot", "mean_ttft_ms": "ttft",
            "mean_acceptance_length": "accept", "verify_budget_per_request": "budget"}
 
