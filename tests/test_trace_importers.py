@@ -28,6 +28,7 @@ from sparksim.traces.importers import (
     read_deepspec,
     read_rounds,
 )
+from sparksim.traces.stats import domain_stats
 
 DATA = Path(__file__).parent / "data" / "importers"
 ROUNDS_CSV = DATA / "rounds.csv"
@@ -117,6 +118,11 @@ def test_rounds_csv_round_trip(tmp_path: Path) -> None:
     assert card["observed_positions"]["rows"] == {"observed": 9, "filled": 31 - 9 - 3, "prefill": 3}
     assert card["censoring"]["censored_rounds"] == 2
     assert card["acceptance"]["chat"]["accept_length"] == pytest.approx(9 / 3, abs=1e-4)
+    # `sparksim traces stats` walks from pos 1 here (pos 0 is the prefill's token): the rounds
+    # it visits are the recorded ones, and its accepted length is the card's
+    for dom, st in domain_stats(ts).items():
+        assert st.num_rounds == card["acceptance"][dom]["rounds"]
+        assert st.accepted_length == pytest.approx(card["acceptance"][dom]["accept_length"], abs=1e-4)
     rounds = pq.read_table(res.path / "rounds.parquet").to_pandas()
     assert rounds["censored"].tolist() == [False, False, False, True, False, True, False, False, False]
     assert rounds["conf_given"].tolist() == [4, 4, 4, 4, 4, 2, 4, 4, 4]

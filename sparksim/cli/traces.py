@@ -10,7 +10,7 @@ from rich.table import Table
 
 from sparksim.cli.common import check_out, console, friendly_errors
 from sparksim.traces.format import load_traceset
-from sparksim.traces.stats import DomainStats, domain_stats
+from sparksim.traces.stats import DomainStats, domain_stats, prefill_rows
 from sparksim.traces.synth import (
     CALIBRATION_GAMMA,
     PRESETS,
@@ -87,7 +87,9 @@ def stats(path: Path = typer.Argument(..., help="trace-set folder")) -> None:
     """Print accepted length per domain and conditional acceptance by position for a trace set."""
     ts = load_traceset(path)
     per_domain = domain_stats(ts)
-    table = Table(title=f"{path} ({ts.card.get('source', '?')}, γ = {ts.gamma}): full-block walk")
+    start = prefill_rows(ts)
+    walk = "full-block walk" + (" from pos 1 (pos 0: the prefill's token)" if start else "")
+    table = Table(title=f"{path} ({ts.card.get('source', '?')}, γ = {ts.gamma}): {walk}")
     for col in ("domain", "requests", "positions", "rounds", "accepted length", "ECE conf", "ECE conf_raw"):
         table.add_column(col, justify="left" if col == "domain" else "right")
     for name, st in per_domain.items():

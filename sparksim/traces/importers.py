@@ -1216,9 +1216,8 @@ def import_traces(
         "censoring": {"rule": CENSOR_RULE, "censored_rounds": int(view.censored.sum()),
                       "fraction": round(float(view.censored.mean()), 4)},
         "acceptance": acceptance_by_domain(view),
-        "stats_note": "`sparksim traces stats` walks from pos 0, so on this set it counts the prefill "
-                      "row (accepted 0) as one extra 1-token round per request; `acceptance` above "
-                      "counts rounds only, as DeepSpec's eval does",
+        "stats_note": "`sparksim traces stats` walks this set from pos 1 (pos 0 is the prefill's token), "
+                      "so it counts rounds only, as `acceptance` above and DeepSpec's eval do",
     }
     if datasets is not None:
         card["data"]["datasets"] = dict(sorted(Counter(datasets).items()))

@@ -21,14 +21,16 @@ from numpy.typing import NDArray
 from sparksim.traces.format import TraceSet
 
 
-def walk_rows(offsets: NDArray[np.int64], accepted: NDArray[np.integer[Any]]) -> NDArray[np.int64]:
+def walk_rows(offsets: NDArray[np.int64], accepted: NDArray[np.integer[Any]], start: int = 0
+              ) -> NDArray[np.int64]:
     """Return the flat row indices a full-block walk visits, request by request, in order.
 
     `offsets` (R + 1,) delimits each request's rows; `accepted` (N,) holds the leading drafts
-    accepted at each row when all γ were verified.
+    accepted at each row when all γ were verified. The walk starts at each request's pos
+    `start` (1 on an imported set, whose pos 0 is the prefill's token, not a round).
     """
     acc = np.asarray(accepted, dtype=np.int64)
-    row = offsets[:-1].astype(np.int64).copy()  # (R,) current row of each request
+    row = offsets[:-1].astype(np.int64) + start  # (R,) current row of each request
     end = offsets[1:].astype(np.int64)
     # One iteration advances every live request by one round, so the loop runs max-rounds
     # times over arrays of R entries rather than once per round in Python.
@@ -148,9 +150,21 @@ class DomainStats:
     ece_raw: NDArray[np.float64] | None  # (γ,) per-position ECE of conf_raw, if the set has it
 
 
+def prefill_rows(ts: TraceSet) -> int:
+    """Return 1 when the set's pos 0 is the prefill's token rather than a round (an imported set), else 0.
+
+    `sparksim traces import` says so in the card (`observed_positions.rows.prefill`).
+    """
+    rows = (ts.card.get("observed_positions") or {}).get("rows") or {}
+    return 1 if isinstance(rows, dict) and int(rows.get("prefill", 0) or 0) > 0 else 0
+
+
 def domain_stats(ts: TraceSet) -> dict[str, DomainStats]:
-    """Return full-block walk statistics for every domain of `ts`, keyed by domain."""
-    rows = walk_rows(ts.offsets, ts.accepted)
+    """Return full-block walk statistics for every domain of `ts`, keyed by domain.
+
+    The walk starts at pos 0, or at pos 1 where pos 0 is the prefill's token (`prefill_rows`).
+    """
+    rows = walk_rows(ts.offsets, ts.accepted, prefill_rows(ts))
     tokens = round_tokens(ts.offsets, ts.accepted, rows)  # (n,) cut at each response's end
     row_request = np.repeat(np.arange(ts.num_requests), np.diff(ts.offsets))
     domain_of = ts.requests["domain"].to_numpy()
@@ -163,7 +177,7 @@ def domain_stats(ts: TraceSet) -> dict[str, DomainStats]:
         out[domain] = DomainStats(
             domain=domain,
             num_requests=int(idx.size),
-            num_positions=int((np.diff(ts.offsets)[domain_of == domain]).sum()),
+            num_positions=int((np.diff(ts.offsets)[domain_of == domain]).sum()),  # the prefill's too
             num_rounds=int(sel.size),
             accepted_length=float(tokens[mine].sum() / sel.size) if sel.size else float("nan"),
             uncut_accepted_length=accepted_length(acc),
