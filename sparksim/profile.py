@@ -17,7 +17,7 @@ import bisect
 import functools
 import math
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -138,6 +138,7 @@ class Profile:
     _scalar: tuple[list[list[float]], list[float], list[float], float] | None = field(
         default=None, repr=False
     )
+    _attn_lists: tuple[list[float], list[list[float]], list[float]] | None = field(default=None, repr=False)
 
     @property
     def source(self) -> str:
@@ -317,21 +318,27 @@ class Profile:
         Linear in KV tokens between rows (a memory-bound kernel), extrapolating the last
         slope with one warning; linear in requests between rows, clamped at the ends.
         0 for a profile without an attention table (legacy grids price KV in verify_s).
+        The engine asks once per step, so this reads Python lists, not arrays.
         """
-        kv = self.attn_kv_tokens
-        if not kv.size or requests <= 0:
+        kv, rows, req = self._attention_lists()
+        if not kv or requests <= 0:
             return 0.0
         if kv_tokens > kv[-1]:
-            self._extrapolated("kv_tokens", kv_tokens, float(kv[-1]))
-        rows = self.attn_ms
-        if rows.shape[0] > 1:
-            req = self.attn_requests
-            i = min(max(int(np.searchsorted(req, requests, side="right")) - 1, 0), req.size - 2)
-            w = min(max((requests - req[i]) / (req[i + 1] - req[i]), 0.0), 1.0)
-            row = (1.0 - w) * rows[i] + w * rows[i + 1]
-        else:
-            row = rows[0]
-        return _interp_extrapolate(kv, row, kv_tokens) / 1e3
+            self._extrapolated("kv_tokens", kv_tokens, kv[-1])
+        if len(rows) == 1:
+            return _interp_extrapolate(kv, rows[0], kv_tokens) / 1e3
+        i = min(max(bisect.bisect_right(req, requests) - 1, 0), len(req) - 2)
+        w = min(max((requests - req[i]) / (req[i + 1] - req[i]), 0.0), 1.0)
+        lo = _interp_extrapolate(kv, rows[i], kv_tokens)
+        hi = _interp_extrapolate(kv, rows[i + 1], kv_tokens)
+        return ((1.0 - w) * lo + w * hi) / 1e3
+
+    def _attention_lists(self) -> tuple[list[float], list[list[float]], list[float]]:
+        """Python-list copies of the attention table: (KV tokens, rows of ms, request counts)."""
+        if self._attn_lists is None:
+            self._attn_lists = (self.attn_kv_tokens.tolist(), self.attn_ms.tolist(),
+                                self.attn_requests.tolist())
+        return self._attn_lists
 
     @property
     def has_prefill_table(self) -> bool:
@@ -347,7 +354,7 @@ class Profile:
             return self.verify_s_scalar(tokens, 0.0)
         if tokens > self.prefill_tokens[-1]:
             self._extrapolated("prefill tokens", tokens, float(self.prefill_tokens[-1]))
-        return _interp_extrapolate(self.prefill_tokens, self.prefill_ms, tokens) / 1e3
+        return _interp_extrapolate(self.prefill_tokens.tolist(), self.prefill_ms.tolist(), tokens) / 1e3
 
     def prefill_attention_s(self, chunk: float, prefix: float) -> float:
         """Return the causal attention time in seconds of a `chunk`-token prompt piece after `prefix`."""
@@ -530,15 +537,19 @@ def context_weight(contexts: Any, context: Any) -> tuple[Any, Any]:
     return k, np.maximum((context - contexts[k]) / (contexts[k + 1] - contexts[k]), 0.0)
 
 
-def _interp_extrapolate(x: NDArray[np.float64], y: NDArray[np.float64], at: float) -> float:
-    """Interpolate y(x) linearly at `at`: from (0, 0) below x[0], the last slope past x[-1]."""
+def _interp_extrapolate(x: Sequence[float], y: Sequence[float], at: float) -> float:
+    """Interpolate y(x) linearly at `at`: from (0, 0) below x[0], the last slope past x[-1].
+
+    Plain Python on lists (or arrays): the engine asks it every step.
+    """
     if at <= x[0]:
         return float(y[0] * at / x[0]) if x[0] > 0 else float(y[0])
     if at >= x[-1]:
-        if x.size == 1:
+        if len(x) == 1:
             return float(y[0] * at / x[0])
         return float(y[-1] + (at - x[-1]) * (y[-1] - y[-2]) / (x[-1] - x[-2]))
-    return float(np.interp(at, x, y))
+    j = bisect.bisect_right(x, at) - 1
+    return float((y[j + 1] - y[j]) / (x[j + 1] - x[j]) * (at - x[j]) + y[j])
 
 
 def token_weight(tokens: Any, t: Any, step_limit: float = math.inf) -> tuple[Any, Any]:

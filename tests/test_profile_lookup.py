@@ -214,3 +214,38 @@ def test_scalar_fast_path_equals_the_vector_lookup_on_random_profiles(tmp_path: 
                 want = prof.verify_s(asked, np.full(asked.shape, float(c)))
                 got = [prof.verify_s_scalar(float(t), float(c)) for t in asked]
                 np.testing.assert_allclose(got, want, rtol=1e-12, err_msg=f"{mode=} {c=}")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_kv_price_follows_its_table_linearly_in_kv_and_requests(tmp_path: Path, seed: int) -> None:
+    """The engine prices each step's KV read with `attention_s` (plain Python): it must be the
+    table read linearly in KV tokens (slope extrapolated past the last row, from 0 below the
+    first) and in request count (clamped), as numpy's interp gives it."""
+    rng = np.random.default_rng(seed)
+    kv = np.unique(rng.integers(1, 100_000, size=4)).astype(float)
+    reqs = np.unique(rng.integers(1, 300, size=3)).astype(float)
+    ms = np.sort(rng.uniform(0.1, 9.0, size=(reqs.size, kv.size)), axis=1)
+    attention = pd.DataFrame([{"requests": int(r), "kv_tokens": int(k), "attn_ms": float(ms[i, j])}
+                              for i, r in enumerate(reqs) for j, k in enumerate(kv)])
+    prof = load_profile(write_profile(tmp_path / "a", pd.DataFrame({"tokens": TOKENS, "step_ms": STEP_MS}),
+                                      CARD, extra={"attention.csv": attention}))
+    kv, reqs, ms = prof.attn_kv_tokens, prof.attn_requests, prof.attn_ms  # as stored (9 digits)
+
+    def reference(r: float, k: float) -> float:
+        def row(y: np.ndarray) -> float:
+            if k <= kv[0]:
+                return float(y[0] * k / kv[0])
+            if k >= kv[-1] and kv.size > 1:
+                return float(y[-1] + (k - kv[-1]) * (y[-1] - y[-2]) / (kv[-1] - kv[-2]))
+            return float(np.interp(k, kv, y))
+        if reqs.size == 1:
+            return row(ms[0])
+        i = int(np.clip(np.searchsorted(reqs, r, side="right") - 1, 0, reqs.size - 2))
+        w = float(np.clip((r - reqs[i]) / (reqs[i + 1] - reqs[i]), 0.0, 1.0))
+        return (1 - w) * row(ms[i]) + w * row(ms[i + 1])
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ProfileWarning)
+        for r in [*reqs, 1.0, 0.5 * reqs[-1], 2.0 * reqs[-1]]:
+            for k in [*kv, 0.5 * kv[0], float(kv.mean()), 1.5 * kv[-1]]:
+                assert prof.attention_s(r, k) * 1e3 == pytest.approx(reference(r, k), rel=1e-12)
