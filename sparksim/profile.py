@@ -139,6 +139,7 @@ class Profile:
         default=None, repr=False
     )
     _attn_lists: tuple[list[float], list[list[float]], list[float]] | None = field(default=None, repr=False)
+    _prefill_lists: tuple[list[float], list[float]] | None = field(default=None, repr=False)
 
     @property
     def source(self) -> str:
@@ -354,7 +355,9 @@ class Profile:
             return self.verify_s_scalar(tokens, 0.0)
         if tokens > self.prefill_tokens[-1]:
             self._extrapolated("prefill tokens", tokens, float(self.prefill_tokens[-1]))
-        return _interp_extrapolate(self.prefill_tokens.tolist(), self.prefill_ms.tolist(), tokens) / 1e3
+        if self._prefill_lists is None:
+            self._prefill_lists = (self.prefill_tokens.tolist(), self.prefill_ms.tolist())
+        return _interp_extrapolate(*self._prefill_lists, tokens) / 1e3
 
     def prefill_attention_s(self, chunk: float, prefix: float) -> float:
         """Return the causal attention time in seconds of a `chunk`-token prompt piece after `prefix`."""
