@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from sparksim.metrics import step_gaps
 from sparksim.profile import load_profile
 
 DEFAULT_PROFILE = Path(__file__).resolve().parents[1] / "profiles" / "cpu-tinylm-d128-live-measured"
@@ -59,9 +60,7 @@ def breakdown(folder: Path, profile_dir: Path, after_s: float) -> str:
         priced_summed_ms=("priced_summed_ms", "mean"), priced_padded_ms=("priced_padded_ms", "mean"))
     lines += [f"  prefill steps whose prompts all belong to finished requests ({len(rows)} of {len(pre)}),"
               " by prompts per step:", table.round(2).to_string()]
-    kind = np.where(steps["prefill_tokens"].to_numpy() > 0, "prefill", "decode")
-    gap = (steps["start_at"].shift(-1) - steps["start_at"] - steps["step_s"]).to_numpy()[:-1] * 1e3
-    gaps = pd.DataFrame({"from": kind[:-1], "to": kind[1:], "gap_ms": gap})
+    gaps = step_gaps(steps).rename(columns={"after": "from", "kind": "to"})
     lines += ["  idle gap between steps (ms):",
               gaps.groupby(["from", "to"])["gap_ms"].agg(["count", "mean", "max"]).round(3).to_string()]
     return "\n".join(lines)

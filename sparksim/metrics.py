@@ -141,3 +141,22 @@ def summarize(
     if extra:
         summary.update(extra)
     return summary
+
+
+def step_gaps(steps: pd.DataFrame) -> pd.DataFrame:
+    """Return the idle gap before each step of a run: (after, kind, requests, gap_ms), one row per step but the first.
+
+    `kind` is the step's and `after` the step's before it (prefill: a prompt-only step;
+    decode otherwise); `requests` the requests running while the host worked: the decode
+    step's own, or the step's before a prefill (the finished ones included: off by the one
+    or two that just ended). A simulated run without `cost_model.loop_ms` has none.
+    """
+    start = steps["start_at"].to_numpy()
+    end = start + steps["step_s"].to_numpy()
+    prefill = steps["prefill_tokens"].to_numpy() > 0
+    kind = np.where(prefill, "prefill", "decode")
+    running = steps["num_requests"].to_numpy()
+    before = np.r_[0, running[:-1]]
+    return pd.DataFrame({"after": kind[:-1], "kind": kind[1:],
+                         "requests": np.where(prefill, before, running)[1:],
+                         "gap_ms": (start[1:] - end[:-1]) * 1e3})

@@ -243,11 +243,11 @@ def test_the_engine_loop_waits_before_each_step_as_the_card_says(
 
 
 def test_loop_gaps_reads_the_idle_time_before_each_step() -> None:
-    from sparksim.live.profile import loop_gaps
+    from sparksim.metrics import step_gaps
 
     steps = pd.DataFrame({"start_at": [0.0, 0.010, 0.0152, 0.030], "step_s": [0.009, 0.005, 0.004, 0.004],
                           "prefill_tokens": [80, 0, 0, 40], "num_requests": [0, 3, 3, 0]})
-    gaps = loop_gaps(steps)
+    gaps = step_gaps(steps)
     assert gaps["kind"].tolist() == ["decode", "decode", "prefill"]
     assert gaps["requests"].tolist() == [3, 3, 3]
     np.testing.assert_allclose(gaps["gap_ms"], [1.0, 0.2, 10.8], atol=1e-9)

@@ -43,6 +43,7 @@ import torch
 
 from sparksim.errors import ConfigError
 from sparksim.live.engine import LiveBatch, LiveModels, LiveRequest
+from sparksim.metrics import step_gaps
 
 Progress = Callable[[str], None]
 
@@ -202,23 +203,6 @@ def measure_decisions(profile_dir: Path, models: LiveModels, cfg: LiveProfileCon
 LOOP_USERS = (2, 8, 24)
 
 
-def loop_gaps(steps: pd.DataFrame) -> pd.DataFrame:
-    """Return the idle gap before each step of a live run: (kind, requests, gap_ms).
-
-    `kind` is the step's (prefill: a prompt-only step; decode otherwise) and `requests` the
-    requests running while the host worked: the decode step's own, or the step's before a
-    prefill (the finished ones included: off by the one or two that just ended).
-    """
-    start = steps["start_at"].to_numpy()
-    end = start + steps["step_s"].to_numpy()
-    prefill = steps["prefill_tokens"].to_numpy() > 0
-    running = steps["num_requests"].to_numpy()
-    before = np.r_[0, running[:-1]]
-    return pd.DataFrame({"kind": np.where(prefill, "prefill", "decode")[1:],
-                         "requests": np.where(prefill, before, running)[1:],
-                         "gap_ms": (start[1:] - end[:-1]) * 1e3})
-
-
 def measure_loop(profile_dir: Path, target: Path, drafter: Path | None, traces: str, *,
                  users: tuple[int, ...] = LOOP_USERS, seconds: float = 5.0, threads: int = 1, seed: int = 7,
                  progress: Progress | None = None) -> dict[str, Any]:
@@ -226,7 +210,7 @@ def measure_loop(profile_dir: Path, target: Path, drafter: Path | None, traces: 
 
     A closed loop of each `users` count serves `traces`' prompts for `seconds` with plain
     decoding and, with a drafter, with static γ (drafting the whole block); the idle gaps
-    between consecutive steps (`loop_gaps`) are fitted per mode and kind as a + b·R (NNLS on
+    between consecutive steps (`metrics.step_gaps`) are fitted per mode and kind as a + b·R (NNLS on
     the medians per R). The sessions run on `profile_dir` (static policies read no cost) and
     a seed of their own, not the fidelity check's.
     """
@@ -246,7 +230,7 @@ def measure_loop(profile_dir: Path, target: Path, drafter: Path | None, traces: 
             sc, base = load_scenario(None, sets, name)
             res = live_simulate(sc, base, target=target, drafter=drafter, threads=threads)
             assert res.steps is not None
-            gaps.append(loop_gaps(res.steps))
+            gaps.append(step_gaps(res.steps))
             if progress is not None:
                 progress(f"loop {mode} users={u}")
         table = pd.concat(gaps, ignore_index=True)
