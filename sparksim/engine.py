@@ -376,7 +376,7 @@ class Engine:
                         max_tokens=self.max_batch_tokens,
                         cost=StepCost(profile, draft_s, context_mean, kv_s,
                                       0.0 if self.attn_adds else attn_mem_s, attn_token_s, prefill_tokens,
-                                      profile.verify_drafts_s(m), fixed),
+                                      profile.verify_drafts_s(m) if self.drafts_cost else 0.0, fixed),
                         step_index=self.step_index,
                         accepted=self.t_acc.take(rows) if policy.reads_outcome else None,
                     )
