@@ -225,8 +225,117 @@ class Scenario(_Model):
         return self
 
     def to_yaml(self) -> str:
-        """Return the fully resolved scenario as YAML (what a results folder records)."""
-        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+        """Return the resolved scenario as YAML (what a results folder records).
+
+        Keys this scenario does not read (`unread_keys`) are left out, so the file says what
+        was simulated and reads back as the same scenario.
+        """
+        data = self.model_dump(mode="json")
+        for key in unread_keys(self):
+            *parents, leaf = key.split(".")
+            node = data
+            for part in parents:
+                node = node.get(part, {})  # {}: a parent already left out
+            node.pop(leaf, None)
+        return yaml.safe_dump(data, sort_keys=False)
+
+
+# --------------------------------------------------------------------------- keys read only sometimes
+
+# Keys read only when other keys hold certain values (the workload's kind, the prefill mode
+# and schedule, the source of lengths): key -> ((selector, values that read it), ...), all of
+# which must hold. A key given under any other value is an error, not silently ignored: a
+# run that ignores it looks valid (a sweep over workload.rate on a closed loop draws three
+# identical points).
+_OPEN = frozenset({"poisson", "gamma"})
+_DISAGG = (("cluster.prefill.mode", frozenset({"disaggregated"})),)
+READ_WHEN: dict[str, tuple[tuple[str, frozenset[str]], ...]] = {
+    "workload.concurrency": (("workload.kind", frozenset({"closed"})),),
+    "workload.think_time_s": (("workload.kind", frozenset({"closed"})),),
+    "workload.rate": (("workload.kind", _OPEN),),
+    "workload.cv": (("workload.kind", frozenset({"gamma"})),),
+    "workload.burstiness": (("workload.kind", frozenset({"gamma"})),),
+    "workload.arrivals_csv": (("workload.kind", frozenset({"replay"})),),
+    # a replay's lengths are the CSV's
+    "workload.lengths": (("workload.kind", _OPEN | {"closed"}),),
+    "workload.lengths.prompt": (("workload.lengths.source", frozenset({"lognormal"})),),
+    "workload.lengths.output": (("workload.lengths.source", frozenset({"lognormal"})),),
+    "run.max_requests": (("workload.kind", _OPEN | {"replay"}),),
+    "cluster.prefill.instances": _DISAGG,
+    "cluster.prefill.profile": _DISAGG,
+    "cluster.prefill.kv_transfer_s": _DISAGG,
+    "cluster.prefill.kv_transfer_tokens_per_s": _DISAGG,
+    "cluster.prefill.max_batch_tokens": _DISAGG,
+    "cluster.prefill.schedule": (("cluster.prefill.mode", frozenset({"colocated"})),),
+    "cluster.prefill.chunk_tokens": (("cluster.prefill.mode", frozenset({"colocated"})),
+                                     ("cluster.prefill.schedule", frozenset({"chunked"}))),
+}
+
+
+def _value_at(scenario: BaseModel, key: str) -> Any:
+    node: Any = scenario
+    for part in key.split("."):
+        node = getattr(node, part)
+    return node
+
+
+def _unread_reason(scenario: Scenario, key: str) -> str | None:
+    """Why `scenario` does not read `key` (None: it does), naming the values that would."""
+    for selector, readers in READ_WHEN.get(key, ()):
+        value = _value_at(scenario, selector)
+        if value not in readers:
+            return (f"{selector}={value} does not read it (read when {selector} is "
+                    f"{' or '.join(sorted(readers))})")
+    return None
+
+
+def unread_keys(scenario: Scenario) -> list[str]:
+    """Return the keys of READ_WHEN that `scenario` does not read, outermost first."""
+    return [key for key in READ_WHEN if _unread_reason(scenario, key) is not None]
+
+
+def _given_keys(data: Mapping[str, Any], prefix: str = "") -> Iterable[str]:
+    for key, value in data.items():
+        dotted = f"{prefix}{key}"
+        yield dotted
+        if isinstance(value, Mapping) and dotted not in OPEN_MAPS:
+            yield from _given_keys(value, dotted + ".")
+
+
+def _read_under(base: Mapping[str, Any], key: str) -> bool:
+    """Whether `base`'s own selector values (their defaults where it has none) read `key`."""
+    for selector, readers in READ_WHEN[key]:
+        value = _lookup(base, selector.split("."))
+        if value == "<missing>":
+            value = _value_at(_DEFAULT, selector)
+        if value not in readers:
+            return False
+    return True
+
+
+def unread_problems(scenario: Scenario, data: Mapping[str, Any],
+                    base: Mapping[str, Any] | None = None) -> list[str]:
+    """Return a line for each key given in `data` that `scenario` would not read.
+
+    `base` is the scenario file (with any presets) before `--set`, `--vary` and `--policy`:
+    a key it gives and reads itself, left unread because an override switched its selector
+    (`--set workload.kind=poisson` on a closed-loop file), is dropped, not an error: the
+    override chose another kind on purpose. A key an override gives is always checked.
+    """
+    problems: list[str] = []
+    reported: list[str] = []
+    for key in _given_keys(data):
+        if key not in READ_WHEN or any(key.startswith(r + ".") for r in reported):
+            continue
+        if base is not None and _lookup(base, key.split(".")) == _lookup(data, key.split(".")) \
+                and _read_under(base, key):
+            continue
+        reason = _unread_reason(scenario, key)
+        if reason is not None:
+            value = _lookup(data, key.split("."))
+            problems.append(f"{key}{'' if isinstance(value, Mapping) else f'={value!r}'}: {reason}")
+            reported.append(key)
+    return problems
 
 
 # --------------------------------------------------------------------------- keys
@@ -247,6 +356,7 @@ def _valid_keys(model: type[BaseModel], prefix: str = "") -> dict[str, type[Base
 
 
 VALID_KEYS = _valid_keys(Scenario)
+_DEFAULT = Scenario()
 OPEN_MAPS = ("workload.mix", "policy")  # keys below these are free-form (domains, policy params)
 
 
@@ -277,17 +387,20 @@ def _lookup(data: Mapping[str, Any], loc: Iterable[Any]) -> Any:
     return cur
 
 
-def scenario_problems(data: Mapping[str, Any]) -> list[str]:
-    """Return every problem in a scenario mapping (unknown keys, bad values)."""
+def scenario_problems(data: Mapping[str, Any], base: Mapping[str, Any] | None = None) -> list[str]:
+    """Return every problem in a scenario mapping (unknown keys, bad values, keys it would not read).
+
+    `base`: the mapping before overrides (`unread_problems`)."""
     problems: list[str] = []
     _check_keys(data, "", problems)
     if problems:
         return problems
     try:
-        Scenario.model_validate(data)
+        scenario = Scenario.model_validate(data)
     except ValidationError as exc:
         problems.extend(validation_problems(exc, data))
-    return problems
+        return problems
+    return unread_problems(scenario, data, base)
 
 
 def validation_problems(exc: ValidationError, data: Mapping[str, Any], prefix: str = "") -> list[str]:
@@ -323,10 +436,14 @@ def validation_problems(exc: ValidationError, data: Mapping[str, Any], prefix: s
     return problems
 
 
-def parse_scenario(data: Mapping[str, Any] | None) -> Scenario:
-    """Validate a scenario mapping; raise ConfigError listing every problem."""
+def parse_scenario(data: Mapping[str, Any] | None, base: Mapping[str, Any] | None = None) -> Scenario:
+    """Validate a scenario mapping; raise ConfigError listing every problem.
+
+    `base` is the mapping before overrides: keys it gave that an override made unread are
+    dropped rather than errors (`unread_problems`).
+    """
     data = dict(data or {})
-    problems = scenario_problems(data)
+    problems = scenario_problems(data, base)
     if problems:
         raise ConfigError("bad scenario:\n" + "\n".join(f"  - {p}" for p in problems))
     return Scenario.model_validate(data)

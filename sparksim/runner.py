@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import time
@@ -27,7 +28,7 @@ from sparksim.engine import kv_capacity_tokens
 from sparksim.errors import ConfigError, RangeError
 from sparksim.invariants import InvariantError, check_run
 from sparksim.metrics import summarize
-from sparksim.policies import make_policy, resolve
+from sparksim.policies import make_policy, parse_policy_spec, resolve
 from sparksim.policies.base import drafted_positions
 from sparksim.profile import Profile, ProfileWarning, load_profile
 from sparksim.traces.format import TraceSet, load_traceset
@@ -51,18 +52,32 @@ def load_scenario(
     path: Path | str | None = None,
     overrides: Iterable[str] = (),
     policy: str | None = None,
+    *,
+    presets: Iterable[str] = (),
 ) -> tuple[Scenario, Path | None]:
-    """Read a scenario file (or the embedded default), apply --set overrides and --policy."""
+    """Read a scenario file (or the embedded default), apply --policy and --set overrides.
+
+    `policy` takes the grammar every command takes (`policies.parse_policy_spec`): `name`,
+    `name:param=value,...`, `path/to/file.py:Class` or `pkg.mod:Class`. Another policy than
+    the file's replaces its parameters; the same one keeps them under the spec's.
+    `presets` are `key=value` settings applied to the file first, as if it held them (a
+    command's own settings, such as the live engine's prefill schedule); a key the file or a
+    preset gives that an override makes unread is dropped (`config.unread_problems`).
+    """
     data: dict[str, Any] = read_scenario_file(path) if path is not None else {}
     base = Path(path).resolve().parent if path is not None else None
+    apply_overrides(data, presets)
+    layer = copy.deepcopy(data)
     if policy is not None:
+        name, params = parse_policy_spec(policy)
         pol = data.setdefault("policy", {})
         if not isinstance(pol, dict):
             raise ConfigError(f"policy={pol!r} must be a mapping")
-        if pol.get("name") != policy:
-            data["policy"] = {"name": policy}
+        if pol.get("name") != name:
+            data["policy"] = pol = {"name": name}
+        pol.update(params)
     apply_overrides(data, overrides)
-    return parse_scenario(data), base
+    return parse_scenario(data, layer), base
 
 
 def load_inputs(
@@ -215,9 +230,13 @@ def run_inputs_summary(scenario: Scenario, policy: Any, profile: Profile, traces
 
     Shared by simulated and live runs (`sparksim.live.run`), so both summaries read alike.
     """
+    table = profile.drafter(scenario.policy.drafter) if policy.drafts and profile.drafters else None
+    paid = table.name if table is not None else None
+    # the drafter is part of what was compared: static γ = 1 is MTP-1 only on an MTP module,
+    # so a static policy's label always names the drafter it paid for
+    drafter = scenario.policy.drafter or (paid if policy.name == "static" else None)
     return {
-        # a named drafter is part of what was compared (MTP-1 is static γ = 1 with mtp-1)
-        "policy_label": policy.label() + (f" · {scenario.policy.drafter}" if scenario.policy.drafter else ""),
+        "policy_label": policy.label() + (f" · {drafter}" if drafter else ""),
         "lossless": bool(policy.lossless and not policy.upper_bound),
         "upper_bound": bool(policy.upper_bound),
         "policy_params": policy.params,

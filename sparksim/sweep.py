@@ -50,13 +50,31 @@ class SweepPoint:
     policy: str  # "name" or "name:param=value,param=value"
     overrides: tuple[str, ...]
 
-    def policy_name_and_sets(self) -> tuple[str, list[str]]:
-        """Return the policy's name (or plug-in path) and its parameters as `--set` overrides."""
-        from sparksim.policies import parse_policy_spec
 
-        name, params = parse_policy_spec(self.policy)
-        # JSON is YAML: every value reads back as the type it was parsed to
-        return name, [f"policy.{key}={json.dumps(value)}" for key, value in params.items()]
+def default_policies(scenario_path: str | None, base_sets: Sequence[str]) -> tuple[list[str], str]:
+    """Return the policies a study compares when none is given, and a line saying what the baseline is.
+
+    The baseline is MTP-1: static γ = 1 paying the profile's MTP module (its first drafter of
+    kind `mtp`). A profile without one falls back to static γ = 1 on its default drafter, and
+    the line says so, since that baseline pays a drafter MTP-1 would not.
+    """
+    from sparksim.config import resolve_path
+    from sparksim.profile import load_profile
+    from sparksim.runner import load_scenario
+
+    sc, base = load_scenario(scenario_path, base_sets)
+    profile = load_profile(resolve_path(sc.profile, base), mode=sc.lookup)
+    mtp = next((name for name, table in profile.drafters.items() if table.kind == "mtp"), None)
+    if mtp is not None:
+        baseline = f"static:gamma=1,drafter={mtp}"
+        note = f"baseline: MTP-1 ({baseline}: static γ = 1 on the profile's MTP module {mtp!r})"
+    else:
+        baseline = "static:gamma=1"
+        table = profile.drafter()
+        paid = table.name if table is not None else "no drafter (drafting is free)"
+        note = (f"baseline: static:gamma=1 paying {paid}; profile {profile.name!r} has no MTP module, "
+                "so this is not MTP-1")
+    return [baseline, "two-step"], note
 
 
 def parse_vary(items: Iterable[str]) -> list[tuple[str, list[str]]]:
@@ -82,8 +100,7 @@ def resolve_point(
     """Return the scenario one point simulates (its overrides and policy applied) and its folder."""
     from sparksim.runner import load_scenario
 
-    name, policy_sets = point.policy_name_and_sets()
-    return load_scenario(scenario_path, [*base_sets, *point.overrides, *policy_sets], name)
+    return load_scenario(scenario_path, [*base_sets, *point.overrides], point.policy)
 
 
 def point_key(scenario: Scenario, base: Path | None, point: SweepPoint) -> str:

@@ -373,11 +373,11 @@ def _scenario(pair: Pair, policy: str, *sets: str, users: int = 2, duration: flo
     name, _, params = policy.partition(":")
     if "=" not in params.split(",")[0]:  # a plug-in path: file.py:Class
         name, params = policy, ""
-    overrides = [f"{k}={v}" for k, v in LIVE_SCENARIO.items()] + [
+    overrides = [
         f"profile={PROFILE}", f"traces={pair.traces}", "workload.kind=closed",
         f"workload.concurrency={users}", f"cluster.max_concurrency={users}", f"run.duration_s={duration}",
         *[f"policy.{p}" for p in params.split(",") if p], *sets]
-    return load_scenario(None, overrides, name)
+    return load_scenario(None, overrides, name, presets=[f"{k}={v}" for k, v in LIVE_SCENARIO.items()])
 
 
 def _live(pair: Pair, policy: str, *sets: str, **kw: Any) -> RunResult:

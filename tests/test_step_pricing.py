@@ -23,8 +23,9 @@ H100 = REPO_ROOT / "profiles" / "h100-qwen3-8b-analytic"
 
 
 def _run(policy: str, *sets: str, users: int = 8, duration: float = 3.0) -> RunResult:
-    sc, base = load_scenario(None, [f"workload.concurrency={users}", f"run.duration_s={duration}",
-                                    *sets], policy)
+    closed = not any(s.startswith("workload.kind=") and s != "workload.kind=closed" for s in sets)
+    users_set = [f"workload.concurrency={users}"] if closed else []  # an open loop has no users
+    sc, base = load_scenario(None, [*users_set, f"run.duration_s={duration}", *sets], policy)
     return simulate(sc, base)
 
 

@@ -14,6 +14,7 @@ from sparksim.sweep import (
     SweepPoint,
     grid,
     parse_vary,
+    resolve_point,
     run_sweep,
     write_sweep,
 )
@@ -24,8 +25,8 @@ def test_grid_is_the_product_of_axes_for_each_policy() -> None:
     points = grid(axes, ["static:gamma=1", "greedy"])
     assert len(points) == 2 * 2 * 3
     assert points[0] == SweepPoint("static:gamma=1", ("workload.concurrency=1", "seed=0"))
-    assert points[0].policy_name_and_sets() == ("static", ["policy.gamma=1"])
-    assert SweepPoint("pkg.mod:Cls", ()).policy_name_and_sets() == ("pkg.mod:Cls", [])
+    sc, _ = resolve_point(None, [], points[0])
+    assert (sc.policy.name, sc.policy.params, sc.workload.concurrency) == ("static", {"gamma": 1}, 1)
 
 
 def test_bad_axis_is_an_error() -> None:
@@ -68,8 +69,9 @@ def test_sweep_runs_every_point_and_writes_its_table(
 
 def test_a_plugin_policy_keeps_its_parameters_in_a_sweep() -> None:
     # Why: `file.py:Class:param=value` in a sweep must reach the policy, as in `bias`.
-    point = SweepPoint("examples/fixed_budget.py:FixedBudget:per_request=3", ())
-    assert point.policy_name_and_sets() == ("examples/fixed_budget.py:FixedBudget",
-                                            ["policy.per_request=3"])
-    assert SweepPoint("static:gamma=1,drafter=mtp-1", ()).policy_name_and_sets() == (
-        "static", ["policy.gamma=1", 'policy.drafter="mtp-1"'])
+    sc, _ = resolve_point(None, [], SweepPoint("examples/fixed_budget.py:FixedBudget:per_request=3", ()))
+    assert (sc.policy.name, sc.policy.params) == ("examples/fixed_budget.py:FixedBudget", {"per_request": 3})
+    sc, _ = resolve_point(None, [], SweepPoint("static:gamma=1,drafter=mtp-1", ()))
+    assert (sc.policy.name, sc.policy.params, sc.policy.drafter) == ("static", {"gamma": 1}, "mtp-1")
+
+

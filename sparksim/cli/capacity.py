@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from sparksim.cli.common import check_out, console, err_console, friendly_errors
+from sparksim.cli.common import check_out, console, err_console, friendly_errors, plural
 
 EXIT_INTERRUPTED = 130  # what a shell reports for a command stopped by SIGINT
 
@@ -33,8 +33,9 @@ def capacity(
              "of ttft_ms, tpot_ms, e2el_ms)",
     ),
     policies: list[str] = typer.Option(
-        ["static:gamma=1", "two-step"], "--policy",
-        help="policy to compare, with parameters as NAME:param=value,param=value (repeat)",
+        [], "--policy",
+        help="policy to compare, with parameters as NAME:param=value,param=value (repeat; default: "
+             "MTP-1, static:gamma=1 on the profile's MTP module, and two-step)",
     ),
     set_: list[str] = typer.Option([], "--set", help="override applied to every run"),
     seeds: int = typer.Option(1, "--seeds", help="seeds per policy (the scenario's seed and the next ones)"),
@@ -61,12 +62,19 @@ def capacity(
     from sparksim.atomic import write_text
     from sparksim.capacity import BELOW, SLO_KEYS, capacity_rows, find_capacity, parse_slos
     from sparksim.metrics import UNFINISHED_SHARE
+    from sparksim.sweep import default_policies
     from sparksim.sweep_store import PointStore
 
     bounds = parse_slos(slo)
+    if not policies:
+        policies, note = default_policies(str(scenario) if scenario else None, set_)
+        console.print(note, highlight=False, soft_wrap=True)
     hi = hi if hi is not None else (256.0 if closed else 100.0)
     tol = tol if tol is not None else (1.0 if closed else hi / 100)
     what = "users" if closed else "requests/s"
+
+    def load(x: float) -> str:
+        return plural(x, "user") if closed else plural(x, "request") + "/s"
     store = PointStore(out / "points")
     scenario_path = str(scenario) if scenario else None
     try:
@@ -137,12 +145,12 @@ def capacity(
             why = next(p.why_not for p in res.probes if p.load == lo and not p.meets)
             hint = ("; if that load is light, the window's last requests had no time to finish: "
                     "raise run.duration_s or run.cooldown_s") if why.startswith("overloaded") else ""
-            console.print(f"{res.policy}: below the range: at {lo:g} {what} it already misses the SLOs "
+            console.print(f"{res.policy}: below the range: at {load(lo)} it already misses the SLOs "
                           f"({why}); lower --lo{hint}", highlight=False, soft_wrap=True)
         elif res.status != "found":
-            console.print(f"{res.policy}: above the range: it meets the SLOs at --hi {hi:g} {what}; "
+            console.print(f"{res.policy}: above the range: it meets the SLOs at --hi {load(hi)}; "
                           "raise --hi", highlight=False, soft_wrap=True)
-    console.print(f"each seed bisected to within {tol:g} {what}; → {out}/ (capacity.csv, capacity.json)",
+    console.print(f"each seed bisected to within {load(tol)}; → {out}/ (capacity.csv, capacity.json)",
                   highlight=False, soft_wrap=True)
 
 

@@ -64,3 +64,8 @@ def check_out(out: Path, *, kind: Literal["folder", "file"] = "folder") -> None:
         os.rmdir(tempfile.mkdtemp(prefix=".sparksim-out-check-", dir=parent))
     except OSError as exc:
         raise OutputPathError(f"--out {out}: cannot write in {parent} ({exc.strerror})") from None
+
+
+def plural(count: float, noun: str) -> str:
+    """Return `count noun`, the noun in the plural unless the count is one ("1 position")."""
+    return f"{count:g} {noun}{'' if count == 1 else 's'}"

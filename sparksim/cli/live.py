@@ -41,19 +41,17 @@ def live(
 
     _need_torch()
     from sparksim.live.run import LIVE_SCENARIO, live_simulate
-    from sparksim.policies import parse_policy_spec
     from sparksim.runner import load_scenario, write_results
 
-    sets = [f"{k}={v}" for k, v in LIVE_SCENARIO.items()] + [f"profile={profile}", f"traces={traces}"]
+    presets = [f"{k}={v}" for k, v in LIVE_SCENARIO.items()]  # what the live engine runs
+    sets = [f"profile={profile}", f"traces={traces}"]
     if users is not None:
         sets += ["workload.kind=closed", f"workload.concurrency={users}", f"cluster.max_concurrency={max(users, 1)}"]
     if rate is not None:
         sets += ["workload.kind=poisson", f"workload.rate={rate}"]
     if duration is not None:
         sets += [f"run.duration_s={duration}"]
-    name, params = parse_policy_spec(policy) if policy else (None, {})
-    sets += [f"policy.{k}={v}" for k, v in params.items()]
-    sc, base = load_scenario(scenario, [*sets, *set_], name)
+    sc, base = load_scenario(scenario, [*sets, *set_], policy, presets=presets)
     sc = sc.model_copy(update={"name": f"live-{sc.name}"})
     target_out = out or Path("results") / f"{sc.name}-{sc.policy.name}-u{sc.workload.concurrency}-seed{sc.seed}"
     check_out(target_out)

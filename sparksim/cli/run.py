@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from sparksim.cli.common import check_out, console, err_console, friendly_errors
+from sparksim.cli.common import check_out, console, err_console, friendly_errors, plural
 
 if TYPE_CHECKING:
     from sparksim.runner import RunResult
@@ -50,7 +50,7 @@ def summary_table(result: RunResult) -> Table:
     cost = s.get("cost", {})
     drafter = cost.get("drafter")
     table.add_row("drafter paid for", "none" if not drafter else
-                  f"{drafter['name']} ({drafter['kind']}, {drafter['positions_drafted']} positions)", "")
+                  f"{drafter['name']} ({drafter['kind']}, {plural(drafter['positions_drafted'], 'position')})", "")
     cap = cost.get("kv_capacity_tokens")
     table.add_row("KV capacity", "unlimited" if cap is None else f"{cap:,}",
                   "tokens" + (f" ({cost.get('kv_capacity_source')})" if cap is not None else ""))

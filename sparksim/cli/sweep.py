@@ -16,18 +16,21 @@ from rich.table import Table
 from sparksim.cli.common import check_out, console, err_console, friendly_errors
 
 EXIT_INTERRUPTED = 130  # what a shell reports for a command stopped by SIGINT
+DEFAULT_VARY = "workload.concurrency=1,2,4,8,16,32,64,128,256"
 
 
 @friendly_errors
 def sweep(
     scenario: Path | None = typer.Argument(None, help="scenario YAML (default: the embedded default)"),
     vary: list[str] = typer.Option(
-        ["workload.concurrency=1,2,4,8,16,32,64,128,256"], "--vary",
-        help="an axis KEY=V1,V2,...; several --vary make a grid",
+        [], "--vary",
+        help="an axis KEY=V1,V2,...; several --vary make a grid (default, for a closed loop: "
+             f"{DEFAULT_VARY})",
     ),
     policies: list[str] = typer.Option(
-        ["static:gamma=1", "two-step"], "--policy",
-        help="policy to compare, with parameters as NAME:param=value,param=value (repeat)",
+        [], "--policy",
+        help="policy to compare, with parameters as NAME:param=value,param=value (repeat; default: "
+             "MTP-1, static:gamma=1 on the profile's MTP module, and two-step)",
     ),
     set_: list[str] = typer.Option([], "--set", help="override applied to every run"),
     workers: int | None = typer.Option(None, "--workers", help="worker processes (default: CPUs)"),
@@ -45,10 +48,13 @@ def sweep(
     """
     check_out(out)
     # the simulator's modules load when a sweep starts, so `sparksim sweep --help` stays quick
+    from sparksim.errors import ConfigError
     from sparksim.frontier import overloaded, speedup_at_matched_throughput
     from sparksim.metrics import UNFINISHED_SHARE
     from sparksim.plotting import PLOT_INSTALL
+    from sparksim.runner import load_scenario
     from sparksim.sweep import (
+        default_policies,
         grid,
         parse_vary,
         resolve_point,
@@ -57,6 +63,15 @@ def sweep(
     )
     from sparksim.sweep_store import PointStore
 
+    scenario_path = str(scenario) if scenario else None
+    if not vary:
+        kind = load_scenario(scenario_path, set_)[0].workload.kind
+        if kind != "closed":
+            raise ConfigError(f"workload.kind={kind}: give the axis to sweep, e.g. --vary workload.rate=1,2,4,8")
+        vary = [DEFAULT_VARY]
+    if not policies:
+        policies, note = default_policies(scenario_path, set_)
+        console.print(note, highlight=False, soft_wrap=True)
     axes = parse_vary(vary)
     points = grid(axes, policies)
     store = PointStore(out / "points")
@@ -65,7 +80,7 @@ def sweep(
                       console=err_console, transient=True) as bar:
             task = bar.add_task("points", total=len(points))
             table = run_sweep(
-                str(scenario) if scenario else None, set_, points, workers=workers,
+                scenario_path, set_, points, workers=workers,
                 backend="ray" if ray else "process",
                 progress=lambda done, total: bar.update(task, completed=done),
                 store=store,
@@ -82,7 +97,7 @@ def sweep(
         console.print(f"reused {store.reused} of {len(points)} finished points from {store.folder}/",
                       highlight=False, soft_wrap=True)
     base = baseline or policies[0]
-    resolved, _ = resolve_point(str(scenario) if scenario else None, set_, points[0])  # for the figure's title
+    resolved, _ = resolve_point(scenario_path, set_, points[0])  # for the figure's title
     meta = {"scenario": str(scenario) if scenario else "embedded default", "vary": vary,
             "policies": policies, "set": set_, "title": f"{scenario.stem if scenario else 'default'} sweep",
             "baseline": base, "profile": resolved.profile, "traces": resolved.traces,
