@@ -45,8 +45,9 @@ from numpy.typing import ArrayLike, NDArray
 
 from sparksim.errors import ConfigError
 from sparksim.policies import make_policy, parse_policy_spec
-from sparksim.policies.base import Lengths, Policy, StepBatch, StepCost
+from sparksim.policies.base import Lengths, Policy, StepBatch
 from sparksim.policies.static import Static
+from sparksim.pricing import StepCost
 from sparksim.profile import Profile
 
 FloatArray = NDArray[np.float64]
@@ -197,8 +198,9 @@ class PathDecider:
         r = 1 + self.others.shape[0]
         if self.contexts.shape != (r,):
             raise ConfigError(f"{r} requests but {self.contexts.shape} contexts")
-        self.cost = StepCost.for_decode(self.profile, r, float(self.contexts.sum()), self.policy.draft_positions,
-                              self.drafter)
+        self.cost = StepCost.for_decode(self.profile, r, float(self.contexts.sum()),
+                                        self.policy.draft_positions, self.drafter,
+                                        kv_longest=float(self.contexts.max()))
         self._memo = {id(self.profile): self.profile}  # copies share the (read-only) profile
         for step, conf in enumerate(self.history):
             self.policy.decide(self._batch(np.asarray(conf, np.float64), step))
@@ -208,8 +210,7 @@ class PathDecider:
         return self.policy.label()
 
     def _batch(self, conf: FloatArray, step: int) -> StepBatch:
-        return StepBatch.from_conf(conf, self.profile, step_index=step, draft_s=self.cost.draft_s,
-                                   context=self.cost.context, kv_s=self.cost.kv_s)
+        return StepBatch.from_conf(conf, self.profile, step_index=step, cost=self.cost)
 
     def _fresh(self) -> Policy:
         """Return a copy of the warmed policy that one decision may change freely.

@@ -41,9 +41,10 @@ from sparksim.batch_layout import (
     TRACE_CUR,
 )
 from sparksim.config import Scenario
-from sparksim.errors import ConfigError
+from sparksim.errors import ConfigError, PolicyError
 from sparksim.invariants import InvariantError, lengths_in_bounds
-from sparksim.policies.base import Policy, StepBatch, StepCost, drafted_positions
+from sparksim.policies.base import Policy, StepBatch, drafted_positions
+from sparksim.pricing import StepCost
 from sparksim.profile import Profile
 from sparksim.records import Columns, StreamStats
 from sparksim.traces.format import TraceSet
@@ -91,6 +92,26 @@ def kv_capacity_tokens(scenario: Scenario, profile: Profile) -> int | None:
 _NO_JOINT = np.zeros(0, dtype=np.int64)  # `kernels.advance` counts nothing into it
 
 
+@dataclass(slots=True)
+class _Step:
+    """A planned step: who runs it, its prompt work and its price (ℓ aside)."""
+
+    start_at: float
+    n: int  # running requests
+    m: int  # of them, the ones this step advances (rows 0..m-1)
+    plan: list[tuple[Request, int]]  # prompt work: (request, tokens)
+    irregular: bool  # some request's gap is not one step long (ITL)
+    kv_tokens: int  # KV tokens the m decode requests hold
+    decision_s: float  # known decision time (sync pipeline), 0 under zos
+    cost: StepCost
+
+
+def _short(values: NDArray[Any]) -> str:
+    """A policy's answer for an error message, cut to a readable length."""
+    text = np.array2string(values.ravel()[:16], separator=",")
+    return text + (" ..." if values.size > 16 else "")
+
+
 class Engine:
     """A decode replica: its queue, its running batch and the step loop."""
 
@@ -119,7 +140,7 @@ class Engine:
         self.stats = stats
         self.step_records = step_records
         self.finish = finish
-        self.check = check  # validate every step's lengths (INV-2) as it happens
+        self.check = check  # check INV-1 and B (INV-2) step by step as it happens
         cl = scenario.cluster
         self.chunk_tokens = cl.prefill.chunk_tokens
         self.max_concurrency = cl.max_concurrency
@@ -141,6 +162,10 @@ class Engine:
         self.loop = bool(profile.loop_table)
         self.drafts_cost = any(profile.verify_drafts_ms)  # what verifying any draft adds to a step
         self.max_context_tokens = cl.max_context_tokens or (1 << 62)
+        self.observes = type(policy).observe is not Policy.observe  # skip a no-op call per step
+        # the most drafts a request may verify: the positions drafted, within the trace's block
+        self.max_length = min(self.draft_positions, traces.gamma) if self.drafts else 0
+        self._zeros = np.zeros(scenario.cluster.max_concurrency, dtype=np.int64)  # ℓ of plain steps
         self.reserve = traces.gamma + 1 if self.drafts else 1  # KV slots a step may write
         self.gamma = traces.gamma
         # trace arrays, flat: row i is one (request, position)
@@ -311,163 +336,160 @@ class Engine:
         return max(1, int(np.searchsorted(held, self.max_context_tokens, side="right")))
 
     def _loop(self) -> Generator[simpy.Event, Any, None]:
+        """Step until the simulation ends: plan, price, decide, run (a timeout), apply, record."""
         env = self.env
-        st = self.state
-        profile = self.profile
-        stats = self.stats
-        policy = self.policy
-        observes = type(policy).observe is not Policy.observe  # skip a no-op call per step
-        draft_cost = profile.draft_step_s
         while True:
             if self.queue:
                 self._admit()
+            loop_s = 0.0
             if self.loop and (self.n or self.prefilling):
                 # before a step the host finishes the last one's requests and forms this one
                 # (cost_model.loop_ms): a prompt-only step's, or a decode step's
                 kind = "prefill" if self.prefilling and self.prefill_first else "decode"
-                yield env.timeout(profile.loop_s(self.drafts, kind, self.n))
+                loop_s = self.profile.loop_s(self.drafts, kind, self.n)
+                yield env.timeout(loop_s)
             if self.kv_used + self.n * self.reserve > self.kv_capacity:
                 self._preempt_if_needed()
-            n = self.n
-            if n == 0 and not self.prefilling:
+            if self.n == 0 and not self.prefilling:
                 self._idle = env.event()
                 yield self._idle
                 self._idle = None
                 continue
-            start_at = env.now
-            plan = self._plan_prefill(self.max_batch_tokens - n * self.reserve) if self.prefilling else []
-            prefill_tokens = sum(t for _, t in plan) if plan else 0
-            # m: running requests this step advances (all of them unless a prefill-first
-            # iteration stalls them or the context cap leaves some waiting)
-            m = n
-            if plan and self.prefill_first:
-                m = 0
-            elif n and self.ctx_sum > self.max_context_tokens:
-                m = self._capped_rows(n)
-            irregular = self._irregular or m < n  # some gap is not one step long
-            self._irregular = m < n
-            fixed = m + prefill_tokens
-            decision_s = kv_s = attn_mem_s = attn_token_s = 0.0
-            batch: StepBatch | None = None
-            kv_tokens = self.ctx_sum if m == n else int(st[CONTEXT, :m].sum())
-            # an engine that pads attention to the batch's longest context pays for m times it
-            kv_attn = m * int(st[CONTEXT, :m].max()) if self.attn_padded and m else kv_tokens
-            if self.per_request_kv:
-                attn_mem_s = profile.attention_s(m, kv_attn) if m > 0 else 0.0
-                kv_s = attn_mem_s
-                for req, take in plan:
-                    kv_s += profile.prefill_attention_s(take, req.context - req.prefill_left)
-                if m > 0 and self.attn_coef_s:  # FLOPs per decode token at these contexts
-                    attn_token_s = self.attn_coef_s * kv_attn / m
-            if m > 0:
-                rows = st[ROW, :m]
-                context_mean = kv_tokens / m
-                if self.drafts:
-                    # sync pipeline: the GPU waits for the policy (no decision without a drafter)
-                    decision_s = self.decision_const_s if self.sync_decision else 0.0
-                    if self.profiled_decision:
-                        decision_s = profile.decision_s(policy.name, m)
-                    draft_s = draft_cost(m, self.draft_positions, self.drafter, kv_attn)
-                    batch = StepBatch(
-                        request_ids=st[RID, :m].copy(),  # policies may keep it across steps
-                        conf=self.t_conf.take(rows, axis=0),
-                        survival=self.t_surv.take(rows, axis=0),
-                        fixed_tokens=fixed,
-                        max_tokens=self.max_batch_tokens,
-                        cost=StepCost(profile, draft_s, context_mean, kv_s,
-                                      0.0 if self.attn_adds else attn_mem_s, attn_token_s, prefill_tokens,
-                                      profile.verify_drafts_s(m) if self.drafts_cost else 0.0, fixed),
-                        step_index=self.step_index,
-                        accepted=self.t_acc.take(rows) if policy.reads_outcome else None,
-                    )
-                    t0 = time.perf_counter() if self.measure_decision else 0.0
-                    lengths = np.asarray(policy.decide(batch), dtype=np.int64)
-                    if self.measure_decision:
-                        decision_s = time.perf_counter() - t0
-                    if self.check:
-                        self._check_lengths(lengths, m, fixed)
-                    verified = int(lengths.sum())
-                else:  # plain decoding: one token per request, the drafter never runs
-                    draft_s = 0.0
-                    lengths = np.zeros(m, dtype=np.int64)
-                    verified = 0
-            else:
-                context_mean = draft_s = 0.0
-                verified = 0
-            batch_tokens = fixed + verified
-            if not self.per_request_kv:  # legacy grid: KV priced at the batch's mean context
-                verify_s = profile.verify_s_scalar(batch_tokens, context_mean)
-            elif m == 0:  # a prompt-only step
-                verify_s = profile.prefill_dense_s(batch_tokens) + kv_s
-            else:
-                verify_s = profile.verify_s_scalar(batch_tokens) + kv_s
-                if attn_token_s:  # compute-bound attention (MLA): max(KV read, FLOPs), or their sum
-                    queries = (m * (1 + int(lengths.max())) if self.attn_padded and verified
-                               else batch_tokens - prefill_tokens)  # padded: every request to the longest block
-                    flops_s = attn_token_s * queries
-                    verify_s += flops_s if self.attn_adds else max(flops_s - attn_mem_s, 0.0)
-                if verified and self.drafts_cost:  # rejection sampling: paid once any draft is verified
-                    verify_s += profile.verify_drafts_s(m)
-            step_s = draft_s + verify_s + decision_s
+            step = self._plan(loop_s)
+            lengths, batch, decision_s = self._decide(step)
+            verified = int(lengths.sum()) if batch is not None else 0
+            price = step.cost.price(lengths, verified)
+            step_s = price.draft_s + price.verify_s + decision_s  # the loop's time was waited above
             yield env.timeout(step_s)
-
-            now = env.now
-            in_window = stats.window_start <= now <= stats.window_end
-            emitted_total = accepted_total = 0
-            if m > 0:
-                # the replay rule, every slot's counters and the (ℓ, accepted) histogram
-                # (acceptance statistics ignore the output-length cut), in one pass
-                joint = stats.joint if in_window and verified else _NO_JOINT
-                drafted_ok, emitted_total, any_done, any_past = kernels.advance(
-                    st, m, lengths, self.t_acc, joint, self.gamma
-                )
-                accepted_total = emitted_total - m
-                self.kv_used += emitted_total
-                self.ctx_sum += emitted_total
-                if observes and batch is not None:
-                    policy.observe(batch, lengths, drafted_ok)
-                if in_window:
-                    self._record_itl(m, n, now, step_s, irregular)
-                    stats.window_tokens += emitted_total
-                    stats.window_request_steps += m
-                    stats.window_verified += verified
-                    stats.window_emitted_decode += emitted_total
-                    if not verified:  # m pairs (ℓ = 0, accepted = 0)
-                        stats.joint[0] += m
-                elif m == n:
-                    self._joined_at.clear()
-                else:
-                    for i in range(m):
-                        self._joined_at.pop(int(st[RID, i]), None)
-                self.last_emit[:m] = now
-                stepped = m
-                if any_done:
-                    done = st[EMITTED, : self.n] >= st[OUT_LEN, : self.n]
-                    stepped -= int(done[:m].sum())
-                    finished = [self._park(int(i)) for i in np.flatnonzero(done)]
-                    self._compact(~done)  # before the callbacks: a closed-loop user resubmits
-                    for req in finished:  # at once, and routing must see this replica's load
-                        self.kv_used -= req.context
-                        req.finish_at = req.last_emit_at = now
-                        self.finish(req)
-                if m < n and 0 < stepped < self.n:
-                    # the stepped requests queue behind the ones that waited (DistServe's rotation)
-                    st[:, : self.n] = np.roll(st[:, : self.n], -stepped, axis=1)
-                    self.last_emit[: self.n] = np.roll(self.last_emit[: self.n], -stepped)
-                if any_past:  # some request ran out of trace rows
-                    past = st[ROW, : self.n] >= st[ROW_END, : self.n]
-                    self._continue_traces(np.flatnonzero(past))
-            for req, take in plan:
-                req.prefill_left -= take
-            while self.prefilling and self.prefilling[0].prefill_left == 0:
-                self._prefill_done(self.prefilling.popleft(), now, in_window)
+            emitted, accepted = self._apply(step, lengths, verified, batch, step_s)
             if self.step_records is not None:
                 self.step_records.append_row((
-                    self.replica, self.step_index, start_at, step_s, draft_s, verify_s, kv_s,
-                    decision_s, m, batch_tokens, prefill_tokens, verified, accepted_total,
-                    emitted_total, context_mean, kv_tokens,
+                    self.replica, self.step_index, step.start_at, step_s, price.draft_s, price.verify_s,
+                    price.kv_s, decision_s, step.m, step.cost.base_tokens + verified,
+                    step.cost.prefill_tokens, verified, accepted, emitted,
+                    step.cost.context, step.kv_tokens,
                 ))
             self.step_index += 1
+
+    # ------------------------------------------------------------------ the step's stages
+
+    def _plan(self, loop_s: float) -> _Step:
+        """Plan a step: its prompt work, which running requests it advances, and its price.
+
+        All n running requests advance unless a prefill-first iteration stalls them (m = 0)
+        or the context cap leaves some waiting (m < n).
+        """
+        n = self.n
+        plan = self._plan_prefill(self.max_batch_tokens - n * self.reserve) if self.prefilling else []
+        m = n
+        if plan and self.prefill_first:
+            m = 0
+        elif n and self.ctx_sum > self.max_context_tokens:
+            m = self._capped_rows(n)
+        irregular = self._irregular or m < n  # some gap is not one step long
+        self._irregular = m < n
+        kv_tokens = self.ctx_sum if m == n else int(self.state[CONTEXT, :m].sum())
+        drafting = self.drafts and m > 0
+        decision_s = 0.0  # known before the policy runs (sync pipeline), so its Θ counts it
+        if drafting and self.sync_decision:
+            decision_s = (self.profile.decision_s(self.policy.name, m) if self.profiled_decision
+                          else self.decision_const_s)
+        cost = StepCost.for_step(
+            self.profile, requests=m, kv_tokens=kv_tokens,
+            kv_longest=int(self.state[CONTEXT, :m].max()) if self.attn_padded and m else 0,
+            chunks=[(take, req.context - req.prefill_left) for req, take in plan] if plan else (),
+            positions=self.draft_positions if drafting else 0, drafter=self.drafter,
+            overhead_s=loop_s + decision_s,
+        )
+        return _Step(self.env.now, n, m, plan, irregular, kv_tokens, decision_s, cost)
+
+    def _decide(self, step: _Step) -> tuple[NDArray[np.int64], StepBatch | None, float]:
+        """Ask the policy for ℓ (plain decoding and prompt-only steps verify nothing) and check it."""
+        m = step.m
+        if not (self.drafts and m):
+            return self._zeros[:m], None, step.decision_s
+        st = self.state
+        rows = st[ROW, :m]
+        batch = StepBatch(
+            request_ids=st[RID, :m].copy(),  # policies may keep it across steps
+            conf=self.t_conf.take(rows, axis=0),
+            survival=self.t_surv.take(rows, axis=0),
+            fixed_tokens=step.cost.base_tokens,
+            max_tokens=self.max_batch_tokens,
+            cost=step.cost,
+            step_index=self.step_index,
+            accepted=self.t_acc.take(rows) if self.policy.reads_outcome else None,
+        )
+        t0 = time.perf_counter() if self.measure_decision else 0.0
+        answer = self.policy.decide(batch)
+        decision_s = time.perf_counter() - t0 if self.measure_decision else step.decision_s
+        return self._checked(answer, m, step.cost.base_tokens), batch, decision_s
+
+    def _apply(self, step: _Step, lengths: NDArray[np.int64], verified: int, batch: StepBatch | None,
+               step_s: float) -> tuple[int, int]:
+        """Apply a finished step: replay acceptance, emit, finish, rotate; return (emitted, accepted).
+
+        `accepted` is what the trace says the verified drafts earned, Σ min(ℓ, accepted), before
+        any output-length cut: the step record carries it, so INV-1 checks the replay against it.
+        """
+        now = self.env.now
+        stats = self.stats
+        st = self.state
+        m, n = step.m, step.n
+        in_window = stats.window_start <= now <= stats.window_end
+        emitted_total = accepted_total = 0
+        if m > 0:
+            # the replay rule, every slot's counters and the (ℓ, accepted) histogram
+            # (acceptance statistics ignore the output-length cut), in one pass
+            joint = stats.joint if in_window and verified else _NO_JOINT
+            rows = st[ROW, :m].copy() if self.check else None
+            drafted_ok, emitted_total, any_done, any_past = kernels.advance(
+                st, m, lengths, self.t_acc, joint, self.gamma
+            )
+            if verified and (self.step_records is not None or self.check):
+                accepted_total = int(drafted_ok.sum())  # the record's: what the trace accepted
+            if rows is not None:
+                self._check_replay(rows, lengths, drafted_ok, emitted_total)
+            self.kv_used += emitted_total
+            self.ctx_sum += emitted_total
+            if batch is not None and self.observes:
+                self.policy.observe(batch, lengths, drafted_ok)
+            if in_window:
+                self._record_itl(m, n, now, step_s, step.irregular)
+                stats.window_tokens += emitted_total
+                stats.window_request_steps += m
+                stats.window_verified += verified
+                stats.window_emitted_decode += emitted_total
+                if not verified:  # m pairs (ℓ = 0, accepted = 0)
+                    stats.joint[0] += m
+            elif m == n:
+                self._joined_at.clear()
+            else:
+                for i in range(m):
+                    self._joined_at.pop(int(st[RID, i]), None)
+            self.last_emit[:m] = now
+            stepped = m
+            if any_done:
+                done = st[EMITTED, : self.n] >= st[OUT_LEN, : self.n]
+                stepped -= int(done[:m].sum())
+                finished = [self._park(int(i)) for i in np.flatnonzero(done)]
+                self._compact(~done)  # before the callbacks: a closed-loop user resubmits
+                for req in finished:  # at once, and routing must see this replica's load
+                    self.kv_used -= req.context
+                    req.finish_at = req.last_emit_at = now
+                    self.finish(req)
+            if m < n and 0 < stepped < self.n:
+                # the stepped requests queue behind the ones that waited (DistServe's rotation)
+                st[:, : self.n] = np.roll(st[:, : self.n], -stepped, axis=1)
+                self.last_emit[: self.n] = np.roll(self.last_emit[: self.n], -stepped)
+            if any_past:  # some request ran out of trace rows
+                past = st[ROW, : self.n] >= st[ROW_END, : self.n]
+                self._continue_traces(np.flatnonzero(past))
+        for req, take in step.plan:
+            req.prefill_left -= take
+        while self.prefilling and self.prefilling[0].prefill_left == 0:
+            self._prefill_done(self.prefilling.popleft(), now, in_window)
+        return emitted_total, accepted_total
 
     def _record_itl(self, m: int, n: int, now: float, step_s: float, irregular: bool) -> None:
         """Record the inter-token gaps of the m requests this step advanced.
@@ -489,17 +511,47 @@ class Engine:
             joined.pop(int(self.state[RID, i]), None)
             stats.add_itl(now - float(self.last_emit[i]), 1)
 
-    def _check_lengths(self, lengths: NDArray[np.int64], n: int, fixed: int) -> None:
-        if lengths.shape != (n,) or not lengths_in_bounds(lengths, self.gamma):
+    def _checked(self, answer: Any, m: int, fixed: int) -> NDArray[np.int64]:
+        """Return the policy's answer as ℓ, or raise PolicyError naming the policy, step and value.
+
+        Checked every step, before any kernel sees it (a kernel indexes the trace by ℓ): an
+        (m,) array of integers in 0..the positions drafted. Under `--check`, B within the
+        engine's token limit too (INV-2).
+        """
+        lengths = answer if isinstance(answer, np.ndarray) else np.asarray(answer)
+        if lengths.shape != (m,) or lengths.dtype.kind not in "iu":
+            raise PolicyError(f"{self._who()} returned {lengths.dtype} of shape {lengths.shape} (must be "
+                              f"integers of shape ({m},), one per request): {_short(lengths)}")
+        if lengths.dtype != np.int64:
+            lengths = lengths.astype(np.int64)
+        if not lengths_in_bounds(lengths, self.max_length):
+            bad = lengths[(lengths < 0) | (lengths > self.max_length)]
+            raise PolicyError(f"{self._who()} returned ℓ = {int(bad[0])} (must be in 0..{self.max_length}, "
+                              f"the positions drafted): {_short(lengths)}")
+        if self.check and fixed + int(lengths.sum()) > self.max_batch_tokens:
             raise InvariantError(
-                f"INV-2: policy {self.policy.name!r} returned lengths {lengths!r} for {n} requests "
-                f"(must be {n} integers in 0..{self.gamma})"
-            )
-        if fixed + int(lengths.sum()) > self.max_batch_tokens:
-            raise InvariantError(
-                f"INV-2: policy {self.policy.name!r} sent B={fixed + int(lengths.sum())} tokens, "
+                f"INV-2: {self._who()} sent B={fixed + int(lengths.sum())} tokens, "
                 f"over the engine's limit {self.max_batch_tokens}"
             )
+        return lengths
+
+    def _who(self) -> str:
+        return f"step {self.step_index}: policy {self.policy.label()!r}"
+
+    def _check_replay(self, rows: NDArray[np.int64], lengths: NDArray[np.int64],
+                      drafted_ok: NDArray[np.int64], emitted: int) -> None:
+        """INV-1 for one step, read from the trace, not from the kernel that replayed it.
+
+        Each request accepts min(ℓ, the trace's accepted) drafts and emits that plus one,
+        cut only by its output length.
+        """
+        want = np.minimum(lengths, self.t_acc.take(rows))
+        if not np.array_equal(drafted_ok[: rows.size], want):
+            raise InvariantError(f"INV-1: step {self.step_index} accepted {drafted_ok[: rows.size].tolist()} "
+                                 f"drafts where the trace says {want.tolist()}")
+        if emitted > int(want.sum()) + rows.size:
+            raise InvariantError(f"INV-1: step {self.step_index} emitted {emitted} tokens, more than "
+                                 f"the {int(want.sum()) + rows.size} its replay allows")
 
     def _prefill_done(self, req: Request, now: float, in_window: bool) -> None:
         """A (re)computed prompt is complete: a fresh one emits its first token, then decodes."""

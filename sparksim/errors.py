@@ -27,6 +27,10 @@ class ConfigError(SparksimError):
     """A scenario key or a policy parameter has a bad value."""
 
 
+class PolicyError(SparksimError):
+    """A policy answered outside its interface (ℓ of the wrong shape, type or range)."""
+
+
 class RangeError(SparksimError):
     """A lookup left the range a profile covers and `--strict` forbids extrapolation."""
 

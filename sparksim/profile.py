@@ -149,7 +149,7 @@ class Profile:
     def has_context(self) -> bool:
         return not bool(np.isnan(self.contexts[0]))
 
-    @property
+    @functools.cached_property
     def kv_model(self) -> KvModel:
         """How KV traffic is priced: an attention table, a legacy context grid, or not at all."""
         if self.attn_kv_tokens.size:

@@ -60,10 +60,11 @@ def test_inv1_to_inv7_hold_for_every_policy(
 
 
 def test_inv2_caught_when_a_policy_breaks_its_bounds(sloped_profile: Path, varied_traces: Path) -> None:
-    # A checker that cannot fail checks nothing: a deliberately broken policy must trip INV-2.
-    from sparksim.invariants import InvariantError
+    # A checker that cannot fail checks nothing: a deliberately broken policy must be stopped
+    # (every step, check or not: tests/test_policy_safety.py).
+    from sparksim.errors import PolicyError
 
-    with pytest.raises(InvariantError, match="INV-2"):
+    with pytest.raises(PolicyError, match=r"must be in 0\.\.7"):
         _run(sloped_profile, varied_traces, "tests.broken_policy:TooLong", [])
 
 
@@ -312,3 +313,42 @@ def test_chunked_prefill_and_verification_share_the_token_limit(
     ], 6.0)
     assert res.violations == []
     assert res.steps is not None and res.steps["batch_tokens"].max() <= 256
+
+
+@pytest.mark.parametrize("off_by", [1, -1])
+def test_inv1_reads_the_trace_not_the_kernel_that_replayed_it(
+    off_by: int, sloped_profile: Path, varied_traces: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Why: the records' own balance (accepted = emitted − R) is derived by the replay it is
+    # meant to check, so a replay rule broken by one passed every run. Under --check the
+    # engine recomputes min(ℓ, the trace's accepted) each step and compares.
+    from sparksim.invariants import InvariantError
+
+    def broken(lengths, accepted, remaining):  # type: ignore[no-untyped-def]
+        acc = np.clip(np.minimum(lengths, accepted + off_by), 0, lengths)
+        return acc, np.minimum(acc + 1, remaining)
+
+    monkeypatch.setattr(kernels, "advance", kernels.NUMPY.advance)  # the twin that calls replay_step
+    monkeypatch.setattr(kernels, "replay_step", broken)
+    with pytest.raises(InvariantError, match=r"INV-1: step .* accepted"):
+        _run(sloped_profile, varied_traces, "greedy", ["workload.concurrency=8"], 2.0)
+
+
+def test_inv2_exempts_only_a_lone_overlong_prompt_under_prefill_first(
+    sloped_profile: Path, varied_traces: Path, tmp_path: Path
+) -> None:
+    # Why: prefill-first runs a prompt longer than the token limit alone (vLLM V0,
+    # DistServe); INV-2 states that exemption and nothing wider.
+    from sparksim.invariants import inv2_bounds
+
+    csv = tmp_path / "a.csv"
+    csv.write_text("arrival_s,prompt_tokens,output_tokens\n0.0,300,4\n0.0,40,4\n")
+    sets = ["workload.kind=replay", f"workload.arrivals_csv={csv}", "cluster.max_batch_tokens=200",
+            "cluster.prefill.mode=colocated", "cluster.prefill.schedule=prefill-first", "policy.gamma=1"]
+    _, _, res = _run(sloped_profile, varied_traces, "static", sets, 3.0)
+    assert res.violations == []
+    steps = res.steps
+    assert steps is not None and (steps["batch_tokens"] == 300).sum() == 1
+    corrupted = steps.copy()
+    corrupted.loc[corrupted.index[-1], ["num_requests", "batch_tokens"]] = [1, 251]  # a decode step over
+    assert any(v.startswith("INV-2") for v in inv2_bounds(corrupted, 1, 200))

@@ -47,7 +47,8 @@ from sparksim.live.step import (
     inject_context,
     target_step,
 )
-from sparksim.policies.base import Policy, StepBatch, StepCost, drafted_positions
+from sparksim.policies.base import Policy, StepBatch, drafted_positions
+from sparksim.pricing import StepCost
 from sparksim.profile import Profile
 from sparksim.records import REQUEST_COLUMNS, STEP_COLUMNS, Columns, StreamStats
 from sparksim.traces.format import TraceSet
@@ -119,8 +120,9 @@ class LiveRequest:
 
 
 def choose_lengths(policy: Policy, profile: Profile, conf: np.ndarray[Any, np.dtype[np.float64]],
-                   request_ids: list[int], kv_tokens: int, step_index: int, max_batch_tokens: int,
-                   positions: int, drafter: str | None) -> tuple[StepBatch, np.ndarray[Any, np.dtype[np.int64]]]:
+                   request_ids: list[int], kv_tokens: int, kv_longest: int, step_index: int,
+                   max_batch_tokens: int, positions: int, drafter: str | None
+                   ) -> tuple[StepBatch, np.ndarray[Any, np.dtype[np.int64]]]:
     """Ask the policy for ℓ as the simulator's engine asks it (same StepBatch, same cost), and check it.
 
     `conf` (m, γ) holds the calibrated confidences of the drafted positions (zeros past them).
@@ -130,7 +132,10 @@ def choose_lengths(policy: Policy, profile: Profile, conf: np.ndarray[Any, np.dt
     batch = StepBatch(
         request_ids=np.array(request_ids, np.int64), conf=conf, survival=np.cumprod(conf, axis=1),
         fixed_tokens=m, max_tokens=max_batch_tokens,
-        cost=StepCost.for_decode(profile, m, kv_tokens, positions, drafter), step_index=step_index)
+        # the engine loop's time before the step is part of its price, as the simulator's engine counts it
+        cost=StepCost.for_decode(profile, m, kv_tokens, positions, drafter, kv_longest,
+                                 overhead_s=profile.loop_s(True, "decode", m)),
+        step_index=step_index)
     try:
         lengths = np.asarray(policy.decide(batch), dtype=np.int64)
     except Exception as exc:
@@ -442,10 +447,10 @@ class LiveEngine:
 
     def _choose(self, conf: np.ndarray[Any, np.dtype[np.float64]]) -> np.ndarray[Any, np.dtype[np.int64]]:
         running = self.batch.running
-        kv = (len(running) * (max(r.length for r in running) + 1) if self.profile.attention_kv_padded
-              else sum(r.length for r in running) + len(running))  # as the simulator prices it
+        # a request's context counts its anchor too (prompt + emitted), as the simulator's does
+        kv, longest = sum(r.length for r in running) + len(running), max(r.length for r in running) + 1
         self._step_batch, lengths = choose_lengths(
-            self.policy, self.profile, conf, [r.request_id for r in running], kv, self.step_index,
+            self.policy, self.profile, conf, [r.request_id for r in running], kv, longest, self.step_index,
             self.max_batch_tokens, self.positions, self.scenario.policy.drafter)
         return lengths
 

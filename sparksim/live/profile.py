@@ -182,8 +182,8 @@ def measure_decisions(profile_dir: Path, models: LiveModels, cfg: LiveProfileCon
             for k in range(cfg.warmup + cfg.replays * cfg.rounds):
                 def choose(conf: np.ndarray[Any, np.dtype[np.float64]], k: int = k, pol: Any = policy,
                            ids: list[int] = ids) -> np.ndarray[Any, np.dtype[np.int64]]:
-                    choose_lengths(pol, profile, conf, ids, len(ids) * (context + 1), k, 1 << 20,
-                                   models.gamma, drafter)
+                    choose_lengths(pol, profile, conf, ids, len(ids) * (context + 1), context + 1, k,
+                                   1 << 20, models.gamma, drafter)
                     return _verify_all(conf)
                 res = batch.decode(choose)
                 for req, tok in zip(reqs[:r_count], first, strict=False):
@@ -222,12 +222,11 @@ def measure_loop(profile_dir: Path, target: Path, drafter: Path | None, traces: 
     for mode, spec in modes:
         gaps = []
         for u in users:
-            name, _, args = spec.partition(":")
             sets = [f"{k}={v}" for k, v in LIVE_SCENARIO.items()] + [
                 f"profile={profile_dir}", f"traces={traces}", "workload.kind=closed",
                 f"workload.concurrency={u}", f"cluster.max_concurrency={u}", f"run.duration_s={seconds}",
-                f"seed={seed}", *([f"policy.{args}"] if args else [])]
-            sc, base = load_scenario(None, sets, name)
+                f"seed={seed}"]
+            sc, base = load_scenario(None, sets, spec)
             res = live_simulate(sc, base, target=target, drafter=drafter, threads=threads)
             assert res.steps is not None
             gaps.append(step_gaps(res.steps))

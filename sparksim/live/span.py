@@ -63,7 +63,9 @@ def continuations(models: LiveModels, context: list[int], policy: Policy | None,
                            step: int = step, pol: Policy = policy) -> NDArray[np.int64]:
                     ids = [r.request_id for r in running]
                     kv = sum(r.length for r in running) + len(running)
-                    return choose_lengths(pol, profile, conf, ids, kv, step, 1 << 30, positions, drafter)[1]
+                    longest = max(r.length for r in running) + 1
+                    return choose_lengths(pol, profile, conf, ids, kv, longest, step, 1 << 30, positions,
+                                          drafter)[1]
 
                 res = lb.decode(choose)
             step += 1

@@ -23,87 +23,10 @@ from numpy.typing import ArrayLike, NDArray
 from pydantic import Field, TypeAdapter, ValidationError
 
 from sparksim.errors import ConfigError
+from sparksim.pricing import StepCost
 from sparksim.profile import Profile
 
 Lengths = NDArray[np.int64]
-
-
-@dataclass(slots=True)  # not frozen: frozen __init__ costs ~3 µs a step; treat as read-only
-class StepCost:
-    """Step time as a function of total batch tokens B, for this step's requests and context.
-
-    step_s(B) = draft_s + kv_s + dense(B): the draft term is paid whenever the engine drafts
-    (every policy except plain decoding), whatever the policy verifies; kv_s (reading the
-    running requests' KV cache, and any prompt chunk's attention) is fixed by who is in the
-    batch, not by how many drafts they verify. Only the dense term moves with B.
-    """
-
-    profile: Profile
-    draft_s: float  # drafter cost for this step's requests and drafted positions (0: no drafting)
-    context: float  # mean KV context per request, tokens (prices KV in a legacy-grid profile)
-    kv_s: float = 0.0  # KV reads of the batch and prompt-chunk attention, seconds
-    attn_mem_s: float = 0.0  # of kv_s: the decode requests' KV read that attention FLOPs overlap (0: they add)
-    attn_token_s: float = 0.0  # attention compute per decode token at this batch's contexts
-    prefill_tokens: int = 0  # prompt tokens in the step (they do not query the decode KV)
-    drafts_s: float = 0.0  # what verifying any draft adds to the step (rejection sampling; 0: nothing)
-    base_tokens: int = 0  # the step's tokens when it verifies no draft (drafts_s is paid past them)
-
-    @classmethod
-    def for_decode(cls, profile: Profile, requests: int, kv_tokens: float, positions: int,
-                   drafter: str | None) -> StepCost:
-        """The cost of a decode step of `requests` requests holding `kv_tokens`, drafting `positions`.
-
-        The simulator's engine's rule (`sparksim.engine`), for callers outside it that ask a
-        policy to decide: the live engine and the exact bias lab.
-        """
-        draft_s = profile.draft_step_s(requests, positions, drafter, kv_tokens) if positions else 0.0
-        attn = profile.attention_s(requests, kv_tokens) if profile.kv_model != "legacy-grid" else 0.0
-        coef = profile.attention_compute_coef_ms / 1e3
-        return cls(profile, draft_s, kv_tokens / max(requests, 1), attn,
-                   0.0 if profile.attention_compute_adds else attn,
-                   coef * kv_tokens / requests if coef and requests else 0.0, 0,
-                   profile.verify_drafts_s(requests), requests)
-
-    @property
-    def fixed_s(self) -> float:
-        """The part of the step's time that no verification length changes: drafting and KV."""
-        return self.draft_s + self.kv_s
-
-    def attention_excess_s(self, tokens: ArrayLike) -> NDArray[np.float64] | float:
-        """Attention compute beyond the KV read at `tokens` batch tokens (0 while memory-bound).
-
-        Decode attention costs max(KV read, FLOPs): each decode token queries its request's
-        context. GQA stays memory-bound; MLA's absorbed attention does not (docs/profiles.md).
-        """
-        if not self.attn_token_s:
-            return 0.0
-        t = np.asarray(tokens, dtype=np.float64)
-        return np.maximum(self.attn_token_s * (t - self.prefill_tokens) - self.attn_mem_s, 0.0)
-
-    @property
-    def varies(self) -> bool:
-        """Whether the step pays more than fixed + dense(B): attention FLOPs or a drafts overhead."""
-        return bool(self.attn_token_s or self.drafts_s)
-
-    def extra_s(self, tokens: ArrayLike) -> NDArray[np.float64] | float:
-        """What a step of `tokens` pays beyond fixed + dense(B): attention compute past the KV
-        read, and `drafts_s` once it verifies any draft (B past `base_tokens`)."""
-        out = self.attention_excess_s(tokens)
-        if not self.drafts_s:
-            return out
-        return out + self.drafts_s * (np.asarray(tokens) > self.base_tokens).astype(np.float64)
-
-    def step_s(self, tokens: ArrayLike) -> NDArray[np.float64]:
-        """Return seconds per step for each total batch size in `tokens`."""
-        return self.fixed_s + self.profile.verify_s(tokens, self.context) + self.extra_s(tokens)
-
-    def sps(self, tokens: ArrayLike) -> NDArray[np.float64]:
-        """Return steps per second for each total batch size in `tokens`."""
-        return 1.0 / self.step_s(tokens)
-
-    @property
-    def captured_sizes(self) -> tuple[int, ...]:
-        return self.profile.captured_sizes
 
 
 @dataclass(slots=True)  # not frozen: frozen __init__ costs ~3 µs a step; treat as read-only
@@ -141,18 +64,27 @@ class StepBatch:
         kv_s: float = 0.0,
         step_index: int = 0,
         accepted: ArrayLike | None = None,
+        cost: StepCost | None = None,
     ) -> StepBatch:
-        """Build a batch from conditional confidences (R, γ); convenient in tests and notebooks."""
+        """Build a batch from conditional confidences (R, γ); convenient in tests and notebooks.
+
+        `cost` is the step's price (`StepCost.for_step`, as the engine builds it: its R +
+        prompt tokens are the batch's fixed tokens); without it the step costs `draft_s +
+        kv_s` plus the profile's dense table at `context`.
+        """
         c = np.atleast_2d(np.asarray(conf, dtype=np.float64))
         r = c.shape[0]
         ids = np.arange(r, dtype=np.int64) if request_ids is None else np.asarray(request_ids, np.int64)
+        if cost is None:
+            cost = StepCost(profile=profile, draft_s=draft_s, context=context, kv_s=kv_s,
+                            base_tokens=r + extra_fixed_tokens, requests=r)
         return cls(
             request_ids=ids,
             conf=c,
             survival=np.cumprod(c, axis=1, dtype=np.float64),
-            fixed_tokens=r + extra_fixed_tokens,
+            fixed_tokens=cost.base_tokens,
             max_tokens=max_tokens if max_tokens is not None else 1 << 40,
-            cost=StepCost(profile=profile, draft_s=draft_s, context=context, kv_s=kv_s),
+            cost=cost,
             step_index=step_index,
             accepted=None if accepted is None else np.asarray(accepted, np.int64),
         )

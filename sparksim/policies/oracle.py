@@ -43,7 +43,8 @@ class Oracle(Policy):
         n_max = path_length(int(accepted.sum()), batch.fixed_tokens, batch.max_tokens)
         # Every verified draft passes: a path of n_max gains of exactly 1.
         path = Path.build(
-            np.ones(n_max), n_max, batch.num_requests, batch.fixed_tokens, batch.cost, self._table
+            np.ones(n_max), n_max, batch.num_requests, batch.fixed_tokens, batch.cost, self._table,
+            survival=(np.arange(batch.gamma) < accepted[:, None]).astype(np.float64),  # (R, γ)
         )
         return fill_by_position(accepted, path.best_cut())
 

@@ -77,12 +77,17 @@ class CostTable:
         self._windows: dict[tuple[int, int], NDArray[np.float64]] = {}
         self._captured: tuple[int, ...] = ()
 
-    def step_s(self, cost: StepCost, first_tokens: int, count: int) -> NDArray[np.float64]:
-        """Return step_s(B) for B = first_tokens .. first_tokens + count - 1, shape (count,)."""
+    def step_s(self, cost: StepCost, first_tokens: int, count: int,
+               longest: NDArray[np.int64] | None = None) -> NDArray[np.float64]:
+        """Return step_s(B) for B = first_tokens .. first_tokens + count - 1, shape (count,).
+
+        `longest` (count,) is each batch's longest verified block, where the price depends
+        on it (`StepCost.shaped`).
+        """
         self._ensure(cost.profile, first_tokens + count)
         out = cost.fixed_s + self._verify(cost, self._rows[:, first_tokens : first_tokens + count])
         if cost.varies:
-            out = out + cost.extra_s(np.arange(first_tokens, first_tokens + count))
+            out = out + cost.extra_s(np.arange(first_tokens, first_tokens + count), longest)
         return out
 
     def window(self, cost: StepCost, first_tokens: int, count: int) -> NDArray[np.float64]:
@@ -113,12 +118,13 @@ class CostTable:
         """Whether `window` is cached: the profile last tabulated has no context rows."""
         return self._rows.shape[0] == 1
 
-    def step_s_at(self, cost: StepCost, tokens: NDArray[np.int64]) -> NDArray[np.float64]:
-        """Return step_s(B) for each B in `tokens` (sorted ascending)."""
+    def step_s_at(self, cost: StepCost, tokens: NDArray[np.int64],
+                  longest: NDArray[np.int64] | None = None) -> NDArray[np.float64]:
+        """Return step_s(B) for each B in `tokens` (sorted ascending), at its `longest` block if given."""
         self._ensure(cost.profile, int(tokens[-1]) + 1 if tokens.size else 1)
         out = cost.fixed_s + self._verify(cost, self._rows[:, tokens])
         if cost.varies:
-            out = out + cost.extra_s(tokens)
+            out = out + cost.extra_s(tokens, longest)
         return out
 
     def captured_sizes(self, cost: StepCost) -> tuple[int, ...]:
@@ -176,18 +182,22 @@ class Path:
     fixed_tokens: int
     cost: StepCost
     table: CostTable
+    longest: NDArray[np.int64] | None = None  # (n + 1,) longest ℓ after k admissions, if it is priced
 
     @classmethod
     def build(
         cls, ranked: NDArray[np.float64], n: int, num_requests: int, fixed_tokens: int,
-        cost: StepCost, table: CostTable,
+        cost: StepCost, table: CostTable, survival: NDArray[np.float64] | None = None,
     ) -> Path:
         """Price the first n cuts of `ranked` with the step costs of `table`.
 
         The table grows only as far as the cuts a policy prices ask (`step_s`, `theta_at`),
-        so a strict profile raises only for batches a step really considers.
+        so a strict profile raises only for batches a step really considers. Where the price
+        depends on the longest verified block (`StepCost.shaped`), `survival` (the matrix
+        `ranked` sorts) gives it along the path.
         """
-        return cls(ranked, ranked[:n], num_requests, fixed_tokens, cost, table)
+        longest = path_longest(survival, ranked, n) if cost.shaped and survival is not None else None
+        return cls(ranked, ranked[:n], num_requests, fixed_tokens, cost, table, longest)
 
     @property
     def size(self) -> int:
@@ -197,6 +207,8 @@ class Path:
         """Return the step seconds after k = lo .. hi admissions (default: the whole path)."""
         n = self.size
         hi = n if hi is None else hi
+        if self.longest is not None:
+            return self.table.step_s(self.cost, self.fixed_tokens + lo, hi - lo + 1, self.longest[lo : hi + 1])
         if (lo == 0 and hi == n) or self.table.caches_windows:
             return self.table.window(self.cost, self.fixed_tokens, n + 1)[lo : hi + 1]
         return self.table.step_s(self.cost, self.fixed_tokens + lo, hi - lo + 1)
@@ -208,7 +220,8 @@ class Path:
 
     def theta_at(self, ks: NDArray[np.int64]) -> NDArray[np.float64]:
         """Return Θ after k admissions for each k in `ks` (sorted, unique, in 0..n)."""
-        step = self.table.step_s_at(self.cost, self.fixed_tokens + ks)
+        longest = None if self.longest is None else self.longest[ks]
+        step = self.table.step_s_at(self.cost, self.fixed_tokens + ks, longest)
         return (self.num_requests + self._prefix(ks)) / step
 
     def greedy_cut(self, first_chunk: int = 64) -> int:
@@ -269,10 +282,29 @@ def batch_path(
 
     `ranked` may pass those survivals already sorted descending, to skip the sort.
     """
+    if survival is None:
+        survival = batch.survival
     if ranked is None:
-        ranked = sorted_survival(batch.survival if survival is None else survival)
+        ranked = sorted_survival(survival)
     n = path_length(num_positive(ranked), batch.fixed_tokens, batch.max_tokens)
-    return Path.build(ranked, n, batch.num_requests, batch.fixed_tokens, batch.cost, table)
+    return Path.build(ranked, n, batch.num_requests, batch.fixed_tokens, batch.cost, table, survival)
+
+
+def path_longest(survival: NDArray[np.float64], ranked: NDArray[np.float64], n: int) -> NDArray[np.int64]:
+    """Return the longest ℓ after k = 0..n admissions of the path over `survival` (R, γ), shape (n + 1,).
+
+    Position j (0-based) first enters the path with the column's largest survival M_j, at
+    rank p_j = (values above M_j) + (values equal to M_j in earlier columns): ties go to the
+    lower position first. M_j falls with j, so p_j rises, and after k admissions the longest
+    ℓ is the number of positions with p_j < k. A position whose survivals are all 0 never
+    enters.
+    """
+    top = survival.max(axis=0)  # (γ,) M_j
+    ascending = ranked[::-1]
+    above = ranked.size - np.searchsorted(ascending, top, side="right")  # (γ,)
+    ties = np.array([int((survival[:, :j] == top[j]).sum()) for j in range(top.size)], dtype=np.int64)
+    first = np.where(top > 0.0, above + ties, np.iinfo(np.int64).max)  # (γ,) p_j
+    return np.searchsorted(np.sort(first), np.arange(n + 1), side="left").astype(np.int64)
 
 
 def num_positive(ranked: NDArray[np.float64]) -> int:

@@ -119,7 +119,7 @@ class TwoStep(Policy):
             return min(self.initial_budget * batch.num_requests, budget)
         ids, survival, ranked = stale
         if ids == batch.request_ids.tobytes():
-            path = batch_path(batch, self._table, ranked=ranked)  # same requests: sorted already
+            path = batch_path(batch, self._table, survival=survival, ranked=ranked)  # sorted already
         else:
             stale_ids = np.frombuffer(ids, dtype=batch.request_ids.dtype)
             path = batch_path(batch, self._table, survival=stale_rows(batch.request_ids, stale_ids, survival))
