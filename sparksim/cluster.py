@@ -24,7 +24,7 @@ from sparksim.config import Scenario, resolve_path
 from sparksim.engine import Engine, Request
 from sparksim.policies import make_policy
 from sparksim.profile import Profile
-from sparksim.records import REQUEST_COLUMNS, STEP_COLUMNS, Columns, StreamStats
+from sparksim.records import REQUEST_COLUMNS, STEP_COLUMNS, Columns, RequestRecord, StreamStats
 from sparksim.traces.format import TraceSet
 from sparksim.workload import (
     DomainSampler,
@@ -32,6 +32,7 @@ from sparksim.workload import (
     interarrival_s,
     load_arrivals,
     lognormal_length,
+    seed_streams,
 )
 
 
@@ -52,22 +53,12 @@ class Cluster:
         self.prefill_profile = prefill_profile or profile
         self.traces = traces
         self.base_dir = base_dir
-        seeds = np.random.SeedSequence(scenario.seed).spawn(4)
-        self.rng_workload = np.random.default_rng(seeds[0])
-        # closed loop: one stream per user, so user u's k-th request is the same whatever the
-        # policy (runs at one seed are paired), not drawn in the order requests finish
-        users = scenario.workload.concurrency if scenario.workload.kind == "closed" else 0
-        self.rng_users = [np.random.default_rng(s) for s in seeds[3].spawn(users)]
-        # seeds[1] was the routing stream; both routers are deterministic, so it is unused
-        # (kept unspawned-over so the other streams, and every run's results, stay as they were)
-        rng_traces = np.random.default_rng(seeds[2])
+        streams = seed_streams(scenario.seed, scenario.workload)
+        self.rng_workload, self.rng_users = streams.workload, streams.users
+        rng_traces = streams.traces
         self.sampler = DomainSampler(traces, scenario.workload.mix)
         run = scenario.run
-        self.stats = StreamStats(
-            gamma=traces.gamma,
-            window_start=run.warmup,
-            window_end=run.duration_s - run.cooldown,
-        )
+        self.stats = StreamStats.for_run(run, traces.gamma)
         self.request_records = Columns(REQUEST_COLUMNS)
         self.step_records = Columns(STEP_COLUMNS) if run.records.steps else None
         pol = scenario.policy
@@ -216,7 +207,7 @@ class Cluster:
         if self._arrivals_over and self.finished == self.arrived and not self._drained.triggered:
             self._drained.succeed()
         s = req.spec
-        self.request_records.append_row((
+        self.request_records.append_row(RequestRecord(
             s.request_id, s.user, req.replica, s.domain, s.trace_request, s.arrival_at,
             req.first_token_at, req.finish_at, s.prompt_tokens, s.output_tokens, req.emitted,
             req.decode_steps, req.verified, req.accepted, req.preemptions, req.switches,

@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from sparksim.errors import ConfigError
+from sparksim.hardware import GPU_MEMORY_UTILIZATION
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -66,7 +67,8 @@ class ClusterConfig(_Model):
         "(unlimited when the card has none)",
     )
     gpu_memory_utilization: float = Field(
-        0.9, gt=0, le=1, description="auto KV capacity: share of HBM the engine may use (vLLM's default)"
+        GPU_MEMORY_UTILIZATION, gt=0, le=1,
+        description="auto KV capacity: share of HBM the engine may use (vLLM's default)"
     )
     max_context_tokens: int | None = Field(
         None, gt=0,

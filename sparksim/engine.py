@@ -46,7 +46,7 @@ from sparksim.invariants import InvariantError, lengths_in_bounds
 from sparksim.policies.base import Policy, StepBatch, drafted_positions
 from sparksim.pricing import StepCost
 from sparksim.profile import Profile
-from sparksim.records import Columns, StreamStats
+from sparksim.records import Columns, StepRecord, StreamStats
 from sparksim.traces.format import TraceSet
 from sparksim.workload import DomainSampler, RequestSpec
 
@@ -363,7 +363,7 @@ class Engine:
             yield env.timeout(step_s)
             emitted, accepted = self._apply(step, lengths, verified, batch, step_s)
             if self.step_records is not None:
-                self.step_records.append_row((
+                self.step_records.append_row(StepRecord(
                     self.replica, self.step_index, step.start_at, step_s, price.draft_s, price.verify_s,
                     price.kv_s, decision_s, step.m, step.cost.base_tokens + verified,
                     step.cost.prefill_tokens, verified, accepted, emitted,

@@ -13,6 +13,11 @@ from typing import Any
 
 from sparksim.errors import ConfigError
 
+# The share of HBM an engine may use, vLLM's default (`--gpu-memory-utilization`): the one
+# figure behind `cluster.gpu_memory_utilization`'s default, profile cards' KV capacity and
+# the analytic profiles' check that the weights fit.
+GPU_MEMORY_UTILIZATION = 0.9
+
 
 @dataclass(frozen=True)
 class HardwareSpec:

@@ -29,6 +29,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from sparksim.atomic import atomic_dir
 from sparksim.errors import FormatError, RangeError
+from sparksim.hardware import GPU_MEMORY_UTILIZATION
 
 LookupMode = Literal["step", "linear"]
 KvModel = Literal["per-request", "legacy-grid", "none"]
@@ -459,7 +460,7 @@ class Profile:
 
     # ------------------------------------------------------------------ memory
 
-    def kv_capacity_tokens(self, utilisation: float = 0.9) -> int | None:
+    def kv_capacity_tokens(self, utilisation: float = GPU_MEMORY_UTILIZATION) -> int | None:
         """Return the KV tokens one replica holds, from the card's memory figures (None: unknown).
 
         (hbm_bytes × utilisation − weights_bytes − activation_reserve_bytes) / kv_bytes_per_token,
@@ -897,10 +898,11 @@ def _check_cost_card(card: dict[str, Any], problems: list[str]) -> None:
         if not _nonneg(val) or (key in ("hbm_bytes", "kv_bytes_per_token") and float(val or 0) <= 0):
             problems.append(f"card.yaml: memory.{key}={val!r} must be a positive number of bytes")
             return
-    if 0.9 * float(mem["hbm_bytes"]) <= float(mem["weights_bytes"]) + float(
-            mem.get("activation_reserve_bytes", 0)):
+    # whether they fit at the scenario's cluster.gpu_memory_utilization is the run's check
+    # (Profile.kv_capacity_tokens); a card is refused only when no utilisation could hold them
+    if float(mem["hbm_bytes"]) <= float(mem["weights_bytes"]) + float(mem.get("activation_reserve_bytes", 0)):
         problems.append(
-            f"card.yaml: memory.hbm_bytes={mem['hbm_bytes']} (x 0.9) cannot hold memory.weights_bytes="
+            f"card.yaml: memory.hbm_bytes={mem['hbm_bytes']} cannot hold memory.weights_bytes="
             f"{mem['weights_bytes']} + memory.activation_reserve_bytes={mem.get('activation_reserve_bytes', 0)}")
 
 

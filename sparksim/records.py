@@ -9,50 +9,67 @@ counts, window token counts) live in `StreamStats` and cost O(1) memory whatever
 from __future__ import annotations
 
 import math
+import typing
 from array import array
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
-REQUEST_COLUMNS: dict[str, str] = {
-    "request_id": "q",
-    "user": "q",  # closed loop: the user who sent it; -1 for open loop
-    "replica": "q",
-    "domain": "q",  # index into the run's domain list
-    "trace_request": "q",  # index of the first trace request replayed
-    "arrival_at": "d",
-    "first_token_at": "d",
-    "finish_at": "d",
-    "prompt_tokens": "q",
-    "output_tokens": "q",  # the request's output length
-    "emitted_tokens": "q",  # tokens it actually emitted (INV-1: equal when finished)
-    "decode_steps": "q",
-    "verified_drafts": "q",
-    "accepted_drafts": "q",
-    "preemptions": "q",
-    "trace_switches": "q",  # continuations onto another trace request of the same domain
-}
+from sparksim.config import RunConfig
 
-STEP_COLUMNS: dict[str, str] = {
-    "replica": "q",
-    "step": "q",
-    "start_at": "d",
-    "step_s": "d",
-    "draft_s": "d",
-    "verify_s": "d",  # the target's forward: dense part + kv_s
-    "kv_s": "d",  # of verify_s: reading the batch's KV cache and prompt chunks' attention
-    "decision_s": "d",
-    "num_requests": "q",
-    "batch_tokens": "q",
-    "prefill_tokens": "q",
-    "verified_drafts": "q",
-    "accepted_drafts": "q",
-    "emitted_tokens": "q",
-    "context_mean": "d",
-    "kv_tokens": "q",  # KV tokens the decode requests held (Σ context)
-}
+
+class RequestRecord(NamedTuple):
+    """One request (a row of requests.parquet), as the simulated and the live engine write it."""
+
+    request_id: int
+    user: int  # closed loop: the user who sent it; -1 for open loop
+    replica: int
+    domain: int  # index into the run's domain list
+    trace_request: int  # index of the first trace request replayed
+    arrival_at: float
+    first_token_at: float
+    finish_at: float
+    prompt_tokens: int
+    output_tokens: int  # the request's output length
+    emitted_tokens: int  # tokens it actually emitted (INV-1: equal when finished)
+    decode_steps: int
+    verified_drafts: int
+    accepted_drafts: int  # the drafts that count, after the output-length cut
+    preemptions: int
+    trace_switches: int  # continuations onto another trace request of the same domain
+
+
+class StepRecord(NamedTuple):
+    """One engine step (a row of steps.parquet), as the simulated and the live engine write it."""
+
+    replica: int
+    step: int
+    start_at: float
+    step_s: float
+    draft_s: float
+    verify_s: float  # the target's forward: dense part + kv_s + attention compute + drafts overhead
+    kv_s: float  # of verify_s: reading the batch's KV cache and prompt chunks' attention
+    decision_s: float
+    num_requests: int
+    batch_tokens: int
+    prefill_tokens: int
+    verified_drafts: int
+    accepted_drafts: int  # what verification accepted, Σ min(ℓ, accepted), before the output cut
+    emitted_tokens: int
+    context_mean: float
+    kv_tokens: int  # KV tokens the decode requests held (Σ context)
+
+
+def _schema(record: type[tuple[int | float, ...]]) -> dict[str, str]:
+    """Column name -> array typecode ("q" int64, "d" float64), from a record's annotations."""
+    return {name: "q" if kind is int else "d" for name, kind in typing.get_type_hints(record).items()}
+
+
+REQUEST_COLUMNS: dict[str, str] = _schema(RequestRecord)
+STEP_COLUMNS: dict[str, str] = _schema(StepRecord)
 
 
 class Columns:
@@ -127,6 +144,11 @@ class StreamStats:
         self.itl_hist = np.zeros(_ITL_BINS, dtype=np.int64)
         self.joint = np.zeros((self.gamma + 1) ** 2, dtype=np.int64)
         self._bins: dict[float, int] = {}
+
+    @classmethod
+    def for_run(cls, run: RunConfig, gamma: int) -> StreamStats:
+        """The statistics of a run's steady window: its warm-up to its horizon less its cool-down."""
+        return cls(gamma=gamma, window_start=run.warmup, window_end=run.duration_s - run.cooldown)
 
     def in_window(self, at: float) -> bool:
         return self.window_start <= at <= self.window_end

@@ -25,7 +25,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from sparksim.errors import ConfigError
 from sparksim.hardware import DTYPE_BYTES as HW_DTYPE_BYTES
-from sparksim.hardware import FIELD_SOURCES, GPUS, HardwareSpec, get_gpu
+from sparksim.hardware import FIELD_SOURCES, GPU_MEMORY_UTILIZATION, GPUS, HardwareSpec, get_gpu
 from sparksim.models import ModelSpec
 
 __all__ = [
@@ -845,11 +845,12 @@ def analytic_profile(
         sizes = [s * parallel.gpus for s in sizes]
     card = _card(hw, model, dtype, sizes, max_tokens, ds, draft_context, command, parallel)
     mem = card["memory"]
-    if mem["hbm_bytes"] and 0.9 * mem["hbm_bytes"] <= mem["weights_bytes"] + mem["activation_reserve_bytes"]:
+    if mem["hbm_bytes"] and GPU_MEMORY_UTILIZATION * mem["hbm_bytes"] <= (
+            mem["weights_bytes"] + mem["activation_reserve_bytes"]):
         raise ConfigError(
             f"{model.name} in {dtype} on {parallel.gpus} x {hw.name}: weights "
             f"{mem['weights_bytes'] / 1e9:.1f} GB + activation reserve "
-            f"{mem['activation_reserve_bytes'] / 1e9:.1f} GB do not fit 0.9 x HBM "
+            f"{mem['activation_reserve_bytes'] / 1e9:.1f} GB do not fit {GPU_MEMORY_UTILIZATION} x HBM "
             f"{mem['hbm_bytes'] / 1e9:.1f} GB (more GPUs, or --dtype fp8)")
     max_kv = int((mem["hbm_bytes"] - mem["weights_bytes"]) // mem["kv_bytes_per_token"]) if mem["hbm_bytes"] else 0
     verify = _verify_table(hw, model, sizes, max_tokens, dtype_bytes, parallel)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -72,6 +73,28 @@ class DomainSampler:
             )
         pick = int(pool[rng.integers(pool.size - 1)])
         return pick if pick != current else int(pool[-1])
+
+
+class Streams(NamedTuple):
+    """A run's random streams, one per subsystem, from its one seed (same seed, same streams)."""
+
+    workload: np.random.Generator  # open-loop arrivals, lengths and domains
+    traces: np.random.Generator  # which trace request a long request continues on
+    users: list[np.random.Generator]  # closed loop: one per user, so runs of any policy are paired
+
+
+def seed_streams(seed: int, workload: WorkloadConfig) -> Streams:
+    """Spawn a run's streams from its seed, as both engines do (`Cluster` and the live engine).
+
+    `SeedSequence(seed).spawn(4)`: the workload's, one once meant for routing (both routers
+    are deterministic; kept so that the other streams, and every run's results, stay as
+    they were), the traces', and the closed loop's users' (one child each), so user u's
+    k-th request is the same whatever the policy, not drawn in the order requests finish.
+    """
+    seeds = np.random.SeedSequence(seed).spawn(4)
+    users = workload.concurrency if workload.kind == "closed" else 0
+    return Streams(np.random.default_rng(seeds[0]), np.random.default_rng(seeds[2]),
+                   [np.random.default_rng(s) for s in seeds[3].spawn(users)])
 
 
 def lognormal_length(rng: np.random.Generator, dist: LengthDist) -> int:

@@ -411,7 +411,8 @@ def test_live_tables_add_up(pair: Pair, policy: str, positions: int) -> None:
     assert (decode["accepted_drafts"] <= decode["verified_drafts"]).all()
     assert (decode["verified_drafts"] <= positions * decode["num_requests"]).all()
     assert (decode["emitted_tokens"] >= decode["num_requests"]).all()
-    assert (decode["emitted_tokens"] == decode["num_requests"] + decode["accepted_drafts"]).all()
+    # a step's accepted drafts are the verifier's, before the EOS / length cut (as the simulator records them)
+    assert (decode["emitted_tokens"] <= decode["num_requests"] + decode["accepted_drafts"]).all()
     assert (prefill["batch_tokens"] == prefill["prefill_tokens"]).all()
     assert (prefill["verified_drafts"] == 0).all()
     assert s["engine"] == "live"

@@ -119,6 +119,24 @@ def test_kv_capacity_defaults_to_what_the_card_memory_leaves() -> None:
     assert half["cost"]["kv_capacity_tokens"] < want
 
 
+def test_the_scenarios_memory_utilisation_is_the_one_a_card_is_held_to(tmp_path: Path) -> None:
+    # Why: 0.9 was written in four places, so a card that fits only at 0.95 was refused even
+    # when the scenario set 0.95. The card is refused only when no utilisation holds its
+    # weights; a run checks it at the scenario's figure.
+    tight = tmp_path / "p"
+    tight.mkdir()
+    for f in H100.iterdir():
+        (tight / f.name).write_bytes(f.read_bytes())
+    card = yaml.safe_load((tight / "card.yaml").read_text())
+    card["memory"].update(hbm_bytes=100e9, weights_bytes=92e9, activation_reserve_bytes=0)
+    (tight / "card.yaml").write_text(yaml.safe_dump(card))
+    assert check_profile(tight) == []
+    with pytest.raises(FormatError, match="utilisation 0.9 cannot hold"):
+        _run("static", f"profile={tight}", "policy.gamma=0")
+    summary = _run("static", f"profile={tight}", "policy.gamma=0", "cluster.gpu_memory_utilization=0.95").summary
+    assert summary["cost"]["kv_capacity_tokens"] == int(3e9 // card["memory"]["kv_bytes_per_token"])
+
+
 def test_card_memory_that_cannot_hold_the_weights_is_an_error_naming_the_fields(tmp_path: Path) -> None:
     bad = tmp_path / "p"
     bad.mkdir()

@@ -50,9 +50,16 @@ from sparksim.live.step import (
 from sparksim.policies.base import Policy, StepBatch, drafted_positions
 from sparksim.pricing import StepCost
 from sparksim.profile import Profile
-from sparksim.records import REQUEST_COLUMNS, STEP_COLUMNS, Columns, StreamStats
+from sparksim.records import (
+    REQUEST_COLUMNS,
+    STEP_COLUMNS,
+    Columns,
+    RequestRecord,
+    StepRecord,
+    StreamStats,
+)
 from sparksim.traces.format import TraceSet
-from sparksim.workload import DomainSampler, interarrival_s
+from sparksim.workload import DomainSampler, interarrival_s, seed_streams
 
 
 class LiveError(SparksimError):
@@ -349,14 +356,10 @@ class LiveEngine:
         self.max_concurrency, self.max_batch_tokens = cl.max_concurrency, cl.max_batch_tokens
         self.batch = LiveBatch(models, cl.max_concurrency, self.positions, temperature=temperature,
                                max_new_tokens=max_new_tokens, seed=scenario.seed + 12345)
-        seeds = np.random.SeedSequence(scenario.seed).spawn(4)  # as sparksim.cluster spawns them
-        self.rng_workload = np.random.default_rng(seeds[0])
-        users = scenario.workload.concurrency if scenario.workload.kind == "closed" else 0
-        self.rng_users = [np.random.default_rng(s) for s in seeds[3].spawn(users)]
+        streams = seed_streams(scenario.seed, scenario.workload)  # the simulator's streams
+        self.rng_workload, self.rng_users = streams.workload, streams.users
         self.sampler = DomainSampler(traces, scenario.workload.mix)
-        run = scenario.run
-        self.stats = StreamStats(gamma=self.gamma, window_start=run.warmup,
-                                 window_end=run.duration_s - run.cooldown)
+        self.stats = StreamStats.for_run(scenario.run, self.gamma)
         self.request_records = Columns(REQUEST_COLUMNS)
         self.step_records = Columns(STEP_COLUMNS)
         self.waiting: deque[LiveRequest] = deque()
@@ -439,8 +442,8 @@ class LiveEngine:
         tokens, step_s = self.batch.prefill(batch, self.now)
         if self.stats.in_window(batch[0].first_token_at):
             self.stats.window_tokens += len(batch)
-        self.step_records.append_row((0, self.step_index, start_at, step_s, 0.0, step_s, 0.0, 0.0, 0,
-                                      tokens, tokens, 0, 0, 0, 0.0, 0))
+        self.step_records.append_row(StepRecord(0, self.step_index, start_at, step_s, 0.0, step_s, 0.0, 0.0, 0,
+                                                tokens, tokens, 0, 0, 0, 0.0, 0))
         for r in batch:
             if self.batch.done(r):
                 self._finish(r, r.first_token_at)
@@ -475,9 +478,9 @@ class LiveEngine:
             r.last_emit_at = now
         if self._step_batch is not None:
             self.policy.observe(self._step_batch, out.lengths, np.asarray(out.accepted, np.int64))
-        self.step_records.append_row((
+        self.step_records.append_row(StepRecord(
             0, self.step_index, start_at, out.step_s, out.draft_s, out.verify_s, 0.0, out.decision_s, m,
-            m + verified, 0, verified, emitted - m, emitted, out.kv_tokens / m, out.kv_tokens))
+            m + verified, 0, verified, int(sum(out.accepted)), emitted, out.kv_tokens / m, out.kv_tokens))
         for r in out.finished:
             self._finish(r, now)
 
@@ -486,7 +489,7 @@ class LiveEngine:
         r.finish_at = now
         self.finished += 1
         out = len(r.tokens)
-        self.request_records.append_row((
+        self.request_records.append_row(RequestRecord(
             r.request_id, r.user, 0, r.domain, r.trace_request, r.arrival_at, r.first_token_at, r.finish_at,
             len(r.prompt), out, out, r.decode_steps, r.verified, r.accepted, 0, 0))
         if r.user >= 0:
