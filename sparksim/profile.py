@@ -289,10 +289,6 @@ class Profile:
             out = self._interp_context(rows, c)
         return (out / 1e3).reshape(t.shape)
 
-    def step_s(self, tokens: ArrayLike, context: ArrayLike | None = None) -> NDArray[np.float64]:
-        """Alias of `verify_s`: the target's dense step time at `tokens` batch tokens."""
-        return self.verify_s(tokens, context)
-
     def verify_s_scalar(self, tokens: float, context: float = 0.0) -> float:
         """Return `verify_s` for one batch size: the engine's per-step fast path (no arrays).
 
@@ -371,18 +367,6 @@ class Profile:
             (p**2).sum()) / 1e3
 
     # ------------------------------------------------------------------ drafting
-
-    @property
-    def draft_requests(self) -> NDArray[np.float64]:
-        """The default drafter's profiled request counts (empty without a drafter)."""
-        table = self.drafter() if self.drafters else None
-        return table.requests if table is not None else np.empty(0)
-
-    @property
-    def draft_ms(self) -> NDArray[np.float64]:
-        """The default drafter's full-block cost at each of `draft_requests`, in ms."""
-        table = self.drafter() if self.drafters else None
-        return table.ms[-1] if table is not None else np.empty(0)
 
     def drafter(self, name: str | None = None) -> DraftTable | None:
         """Return the named drafter's table, the default one for None, or None if there is none."""
@@ -492,10 +476,6 @@ class Profile:
             ctx = self.contexts.tolist() if self.has_context and self.contexts.size > 1 else []
             self._scalar = (self.step_ms.tolist(), self.tokens.tolist(), ctx, limit)
         return self._scalar
-
-    def sps(self, tokens: ArrayLike, context: ArrayLike | None = None) -> NDArray[np.float64]:
-        """Return steps per second of the target's dense step alone at `tokens` batch tokens."""
-        return 1.0 / self.verify_s(tokens, context)
 
     def _default_context(self) -> float:
         return float(self.contexts[0])

@@ -14,7 +14,7 @@ TRIALS = 2000
 
 def test_appendix_a_profile_matches_the_paper() -> None:
     prof = appendix_a_profile()
-    assert prof.sps([1, 2, 3]).tolist() == pytest.approx([1.0, 0.5, 0.45])
+    assert (1.0 / prof.verify_s([1, 2, 3])).tolist() == pytest.approx([1.0, 0.5, 0.45])
 
 
 def test_argmax_biases_the_first_token_as_the_paper_shows() -> None:

@@ -27,6 +27,23 @@ from sparksim.traces.format import check_traceset, load_traceset  # noqa: E402
 FIXTURES = Path(__file__).parent / "data" / "deepspec"
 REPO = Path(__file__).resolve().parents[1]
 TARGET = (6, 32, 112)  # the fixtures' target: decoder layers, hidden size, vocabulary
+
+
+def random_drafter(cfg: ds.DeepSpecConfig, seed: int) -> ds.DeepSpecDrafter:
+    """Return a drafter with random weights large enough that a wrong tensor mapping changes its outputs."""
+    model = ds.build_drafter(cfg)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in sorted(model.named_parameters()):
+            if p.dim() == 1 and "norm" in name:
+                p.copy_(1.0 + 0.3 * torch.randn(p.shape, generator=gen))
+            elif p.dim() == 1:
+                p.copy_(0.1 * torch.randn(p.shape, generator=gen))
+            else:
+                p.copy_(torch.randn(p.shape, generator=gen) / max(1.0, p.shape[-1] ** 0.5))
+    return model.eval().requires_grad_(False)
+
+
 TINY = {"hidden_size": 32, "num_heads": 4, "num_kv_heads": 2, "head_dim": 16, "intermediate_size": 48,
         "vocab_size": 112, "rms_norm_eps": 1e-6, "rope_theta": 1e6, "attention_bias": False,
         "num_target_layers": 6}
@@ -64,7 +81,7 @@ def make_fixtures(out: Path = FIXTURES) -> None:
     from safetensors.torch import save_file
 
     for seed, (name, cfg) in enumerate(CONFIGS.items()):
-        model = ds.random_drafter(cfg, seed=100 + seed)
+        model = random_drafter(cfg, seed=100 + seed)
         ds.save_drafter(model, out / name)
         model = ds.load_drafter(out / name, target=TARGET)
         ids, feats, anchors = _inputs(cfg)
@@ -173,7 +190,7 @@ def test_markov_head_adds_the_bigram_bias_of_the_sampled_previous_token() -> Non
 def test_other_markov_heads_round_trip_through_the_deepspec_layout(kind: str, tmp_path: Path) -> None:
     """Gated and RNN heads (DeepSpec's options) save and load under their own tensor names."""
     cfg = dataclasses.replace(CONFIGS["dspark"], markov_head_type=kind)
-    model = ds.random_drafter(cfg, seed=3)
+    model = random_drafter(cfg, seed=3)
     ds.save_drafter(model, tmp_path / kind)
     again = ds.load_drafter(tmp_path / kind, target=TARGET)
     ids, feats, anchors = _inputs(cfg)

@@ -37,7 +37,7 @@ def _points(coef: tuple[float, ...], draft: tuple[float, ...]) -> pd.DataFrame:
 
 def test_decode_fits_recover_the_costs_that_made_the_points() -> None:
     """A fit that cannot find known coefficients in noiseless points would misprice every step."""
-    from sparksim.live.profile import fit_decode
+    from sparksim.live.fits import fit_decode
 
     known = (3.0, 0.05, 0.1, 3e-4, 1.5e-4, 0.5, 0.02)  # the last two: verifying any draft (c5 + c6·R)
     verify, draft = fit_decode(_points(known, (1.5, 0.04, 0.035, 0.1, 5e-4)))
@@ -48,7 +48,7 @@ def test_decode_fits_recover_the_costs_that_made_the_points() -> None:
 
 def test_refit_redoes_the_verify_fit_from_points_and_keeps_the_rest(tmp_path: Path) -> None:
     """A better verify model needs no new measurement: points.csv holds every measured point."""
-    from sparksim.live.profile import refit_verify
+    from sparksim.live.fits import refit_verify
 
     prof = _with_loop(_profile(tmp_path, adds=True), LOOP)
     known = (2.5, 0.04, 0.06, 4e-4, 1.3e-4, 0.5, 0.015)

@@ -258,7 +258,7 @@ def test_custom_capture_sizes_and_drafters_reach_the_card(tmp_path: Path) -> Non
     assert prof.card["parameters"]["mem_eff"]["value"] == 0.5
     assert "--mem-eff 0.5" in prof.card["command"]
     # R·γ fits the largest graph up to R = 64 // 7 = 9; 10 is the first eager count
-    assert prof.draft_requests.tolist() == [*range(1, 11), 12, 16]
+    assert prof.drafters[prof.default_drafter].requests.tolist() == [*range(1, 11), 12, 16]
 
 
 @pytest.mark.parametrize("drafter", [MTP_1, EAGLE3], ids=lambda d: d.name)

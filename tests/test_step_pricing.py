@@ -131,7 +131,7 @@ def test_the_scenarios_memory_utilisation_is_the_one_a_card_is_held_to(tmp_path:
     card["memory"].update(hbm_bytes=100e9, weights_bytes=92e9, activation_reserve_bytes=0)
     (tight / "card.yaml").write_text(yaml.safe_dump(card))
     assert check_profile(tight) == []
-    with pytest.raises(FormatError, match="utilisation 0.9 cannot hold"):
+    with pytest.raises(FormatError, match=r"utilisation 0\.9 cannot hold"):
         _run("static", f"profile={tight}", "policy.gamma=0")
     summary = _run("static", f"profile={tight}", "policy.gamma=0", "cluster.gpu_memory_utilization=0.95").summary
     assert summary["cost"]["kv_capacity_tokens"] == int(3e9 // card["memory"]["kv_bytes_per_token"])

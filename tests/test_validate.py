@@ -277,13 +277,15 @@ def test_a_profile_reads_back_what_was_written(tmp_path: Path) -> None:
     np.testing.assert_array_equal(prof.tokens, [8, 16, 32, 64])
     wide = verify.pivot(index="context", columns="tokens", values="step_ms").to_numpy()
     np.testing.assert_allclose(prof.step_ms, wide, rtol=1e-6)
-    np.testing.assert_array_equal(prof.draft_requests, _draft_df()["requests"])
-    np.testing.assert_allclose(prof.draft_ms, _draft_df()["draft_ms"], rtol=1e-6)
+    table = prof.drafter()
+    assert table is not None
+    np.testing.assert_array_equal(table.requests, _draft_df()["requests"])
+    np.testing.assert_allclose(table.ms[-1], _draft_df()["draft_ms"], rtol=1e-6)
     assert prof.captured_sizes == (8, 16, 32, 64)
     # writing over an existing profile replaces it whole
     write_profile(path, verify.iloc[:4].drop(columns="context"), card)
     again = load_profile(path)
-    assert not again.has_context and again.draft_requests.size == 0
+    assert not again.has_context and not again.drafters
 
 
 def test_a_trace_set_reads_back_bit_for_bit(tmp_path: Path) -> None:

@@ -622,21 +622,6 @@ def save_drafter(model: DeepSpecDrafter, path: Path | str) -> None:
     save_file(state, str(path / "model.safetensors"), metadata={"format": "pt"})
 
 
-def random_drafter(cfg: DeepSpecConfig, seed: int) -> DeepSpecDrafter:
-    """Return a drafter with random weights large enough that a wrong tensor mapping changes its outputs."""
-    model = build_drafter(cfg)
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in sorted(model.named_parameters()):
-            if p.dim() == 1 and "norm" in name:
-                p.copy_(1.0 + 0.3 * torch.randn(p.shape, generator=gen))
-            elif p.dim() == 1:
-                p.copy_(0.1 * torch.randn(p.shape, generator=gen))
-            else:
-                p.copy_(torch.randn(p.shape, generator=gen) / max(1.0, p.shape[-1] ** 0.5))
-    return model.eval().requires_grad_(False)
-
-
 # --------------------------------------------------------------------------- HF target
 
 

@@ -28,7 +28,6 @@ coefficients and their residuals.
 
 from __future__ import annotations
 
-import math
 import platform
 import time
 from collections.abc import Callable
@@ -43,6 +42,15 @@ import torch
 
 from sparksim.errors import ConfigError
 from sparksim.live.engine import LiveBatch, LiveModels, LiveRequest
+from sparksim.live.fits import (
+    LeastSquaresFit,
+    add_loop,
+    fit_decode,
+    fit_linear,
+    refit_verify,
+    sig5,
+    verify_tables,
+)
 from sparksim.metrics import step_gaps
 
 Progress = Callable[[str], None]
@@ -195,8 +203,8 @@ def measure_decisions(profile_dir: Path, models: LiveModels, cfg: LiveProfileCon
         ms = np.array([y for _, y in rows], np.float64)
         fit = fit_linear({"a_ms": np.ones_like(counts), "b_ms_per_request": counts}, ms)
         out[name] = {"a_ms": fit.coef[0], "b_ms_per_request": fit.coef[1],
-                     "max_abs_rel_residual": _r(float(np.abs(fit.rel_residuals).max())),
-                     "points": [{"requests": int(x), "median_ms": _r(y)} for x, y in rows]}
+                     "max_abs_rel_residual": sig5(float(np.abs(fit.rel_residuals).max())),
+                     "points": [{"requests": int(x), "median_ms": sig5(y)} for x, y in rows]}
     return out
 
 
@@ -239,59 +247,10 @@ def measure_loop(profile_dir: Path, target: Path, drafter: Path | None, traces: 
             counts = med.index.to_numpy(np.float64)
             ms = np.maximum(med.to_numpy(np.float64), 1e-6)
             fit = fit_linear({"a_ms": np.ones_like(counts), "b_ms_per_request": counts}, ms)
-            out[mode][str(kind)] = {"a_ms": _r(fit.coef[0]), "b_ms_per_request": _r(fit.coef[1]),
-                                    "gaps": len(g), "median_ms": _r(float(g["gap_ms"].median())),
-                                    "max_abs_rel_residual": _r(float(np.abs(fit.rel_residuals).max()))}
+            out[mode][str(kind)] = {"a_ms": sig5(fit.coef[0]), "b_ms_per_request": sig5(fit.coef[1]),
+                                    "gaps": len(g), "median_ms": sig5(float(g["gap_ms"].median())),
+                                    "max_abs_rel_residual": sig5(float(np.abs(fit.rel_residuals).max()))}
     return out
-
-
-# --------------------------------------------------------------------------- fits
-
-
-@dataclass(frozen=True)
-class LinearFit:
-    """Least squares y ≈ X·coef over named columns, with its residuals."""
-
-    names: tuple[str, ...]
-    coef: tuple[float, ...]
-    rel_residuals: tuple[float, ...]  # (fit − measured) / measured per point
-
-    def summary(self) -> dict[str, Any]:
-        rel = np.abs(np.asarray(self.rel_residuals))
-        return {"coefficients_ms": {n: _r(c) for n, c in zip(self.names, self.coef, strict=True)},
-                "points": len(rel), "mean_abs_rel_residual": _r(float(rel.mean())),
-                "max_abs_rel_residual": _r(float(rel.max()))}
-
-
-def fit_linear(columns: dict[str, np.ndarray[Any, Any]], y: np.ndarray[Any, Any]) -> LinearFit:
-    """Fit non-negative coefficients (scipy's NNLS: a cost term cannot be negative), rows weighted by 1/y."""
-    from scipy.optimize import nnls
-
-    names = tuple(columns)
-    x = np.stack([np.asarray(columns[n], np.float64) for n in names], axis=1)
-    w = 1.0 / np.asarray(y, np.float64)  # relative error: small steps count as much as large ones
-    coef, _ = nnls(x * w[:, None], y * w)
-    fit = x @ coef
-    return LinearFit(names, tuple(float(c) for c in coef), tuple(((fit - y) / y).tolist()))
-
-
-def fit_decode(points: pd.DataFrame) -> tuple[LinearFit, LinearFit | None]:
-    """Fit the verify and draft models of the module docstring to the measured decode points."""
-    t = points["tokens"].to_numpy(np.float64)
-    r = points["requests"].to_numpy(np.float64)
-    k = points["kv_tokens"].to_numpy(np.float64)
-    s = (points["positions"].to_numpy() > 0).astype(np.float64)  # the step verifies drafts
-    verify = fit_linear({"c0": np.ones_like(t), "c1_per_token": t, "c2_per_request": r,
-                         "c3_per_kv_token": k, "c4_per_query_kv_token": t * k / r,
-                         "c5_with_drafts": s, "c6_per_request_with_drafts": s * r},
-                        points["verify_ms"].to_numpy(np.float64))
-    d = points[points["positions"] > 0]
-    if d.empty:
-        return verify, None
-    r, p, k = (d[c].to_numpy(np.float64) for c in ("requests", "positions", "kv_tokens"))
-    draft = fit_linear({"d0": np.ones_like(r), "d1_per_request": r, "d2_per_request_position": r * p,
-                        "d3_per_position": p, "d4_per_kv_token": k}, d["draft_ms"].to_numpy(np.float64))
-    return verify, draft
 
 
 # --------------------------------------------------------------------------- the profile folder
@@ -306,7 +265,7 @@ def write_live_profile(out: Path, models: LiveModels, cfg: LiveProfileConfig, po
 
     verify, draft = fit_decode(points)
     c4, c5, c6 = verify.coef[4:]
-    verify_csv, attention = _verify_tables(verify, points, cfg.requests)
+    verify_csv, attention = verify_tables(verify, points, cfg.requests)
     pfit = fit_prefill(prefill["tokens"].tolist(), prefill["prefill_ms"].tolist())
     p_tokens = sorted({1, *prefill["tokens"].tolist(), 4096})
     prefill_csv = pd.DataFrame({"tokens": p_tokens,
@@ -384,75 +343,4 @@ def write_live_profile(out: Path, models: LiveModels, cfg: LiveProfileConfig, po
     return write_profile(out, verify_csv, card, extra=extra)
 
 
-def add_loop(profile_dir: Path, loop: dict[str, Any], command: str) -> Path:
-    """Write `loop` (from `measure_loop`) into the profile's card as `cost_model.loop_ms`, validated."""
-    import yaml
-
-    from sparksim.atomic import write_text
-    from sparksim.errors import FormatError
-    from sparksim.profile import check_profile
-
-    card_path = profile_dir / "card.yaml"
-    old = card_path.read_text()
-    card = yaml.safe_load(old)
-    card.setdefault("cost_model", {})["loop_ms"] = loop
-    card["cost_model"]["loop_note"] = (
-        "the live engine's loop outside its step functions (finishing requests, the next ones, forming the "
-        "batch, bookkeeping), fitted as a + b*R from the idle gaps between steps of short live sessions; "
-        f"the simulator waits this long before each step. Measured by: {command}")
-    write_text(card_path, yaml.safe_dump(card, sort_keys=False, width=100))
-    problems = check_profile(profile_dir)
-    if problems:
-        write_text(card_path, old)
-        raise FormatError(profile_dir, problems)
-    return profile_dir
-
-
-def _verify_tables(verify: LinearFit, points: pd.DataFrame, requests: list[int]
-                   ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """verify.csv (c0 + c1·T) and attention.csv (c2·R + c3·K by request count) of a verify fit."""
-    c0, c1, c2, c3 = verify.coef[:4]
-    top_t = max(int(points["tokens"].max()), 512)
-    tokens = sorted({1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512, top_t})
-    verify_csv = pd.DataFrame({"tokens": tokens, "step_ms": [c0 + c1 * x for x in tokens]})
-    req_rows = sorted({1, *requests, 2 * max(requests), 256})
-    k_top = int(points["kv_tokens"].max()) * 4
-    attention = pd.DataFrame([{"requests": rr, "kv_tokens": kk, "attn_ms": c2 * rr + c3 * kk}
-                              for rr in req_rows for kk in (0, k_top)])
-    return verify_csv, attention
-
-
-def refit_verify(out: Path, command: str) -> Path:
-    """Redo the verify fit of a live profile from its own points.csv; no point is measured again.
-
-    verify.csv, attention.csv and the card's verify terms (attention FLOPs, the drafts overhead,
-    the fit's summary) are rewritten; every other file and card entry (the draft and prefill
-    fits, decision and loop times, how the points were measured) stays as it was, and the card
-    says when and how it was refitted.
-    """
-    import yaml
-
-    from sparksim.profile import write_profile
-
-    card = yaml.safe_load((out / "card.yaml").read_text())
-    points = pd.read_csv(out / "points.csv")
-    verify, _ = fit_decode(points)
-    c4, c5, c6 = verify.coef[4:]
-    verify_csv, attention = _verify_tables(verify, points, [int(r) for r in card["grid"]["requests"]])
-    cm = card["cost_model"]
-    cm["attention_ms_per_query_kv_token"] = c4
-    cm["verify_drafts_ms"] = {"a_ms": c5, "b_ms_per_request": c6}
-    cm["verify_drafts_note"] = ("what a step adds once it verifies any draft (exact rejection sampling with "
-                                "the residual, the drafts scattered into the target's input): c5 + c6*R of "
-                                "the verify fit, the jump between plain-decoding and drafting points")
-    cm["verify_fit"] = {"model": "verify_ms = c0 + c1*T + c2*R + c3*K + c4*T*K/R + (c5 + c6*R) if the step "
-                                 "verifies drafts (non-negative least squares, relative error)", **verify.summary()}
-    card["refit"] = {"date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), "command": command,
-                     "what": "the verify fit redone from points.csv (no point measured again)"}
-    extra = {f.name: pd.read_csv(f) for f in sorted(out.glob("*.csv")) if f.name != "verify.csv"}
-    extra["attention.csv"] = attention
-    return write_profile(out, verify_csv, card, extra=extra)
-
-
-def _r(x: float) -> float:
-    return float(f"{x:.5g}") if math.isfinite(x) else x
+__all__ = ["LeastSquaresFit", "add_loop", "fit_decode", "refit_verify"]  # the fits, from sparksim.live.fits
