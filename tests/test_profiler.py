@@ -242,7 +242,7 @@ def test_memory_figures_count_shared_weights_once_and_size_the_kv_cache(tmp_path
     norms = (2 * TINY.num_layers + 1) * TINY.hidden  # RMSNorm scales, which ModelSpec.params skips
     assert weights_bytes(TINY, None, 2) == 2 * (TINY.params + norms)
     shape = DrafterShape(num_layers=1, gamma=3)
-    own = (TINY.layer_params + 2 * TINY.hidden + shape.target_layers * TINY.hidden ** 2
+    own = (TINY.layer_params + 2 * TINY.hidden + shape.num_target_features * TINY.hidden ** 2
            + 2 * TINY.hidden + TINY.vocab * shape.markov_rank * 2 + TINY.hidden + shape.markov_rank + 1)
     assert weights_bytes(TINY, shape, 2) - weights_bytes(TINY, None, 2) == 2 * own
     mem = memory_section(10**9, 10**8, TINY.kv_bytes_per_token * 2, 5 * 10**7, graphs=True)

@@ -181,7 +181,7 @@ def build_card(
             "context": cfg.draft_context_used,
             "kv_ms_per_token": 0,
             "shape": "DSpark (DFlash backbone with KV injection, Markov head, confidence head)",
-            "target_layers": cfg.drafter.target_layers,
+            "target_layers": cfg.drafter.num_target_features,
             "markov_rank": cfg.drafter.markov_rank,
             "source": f"measured: one drafting step per (requests R, positions p), a block of "
                       f"anchor + p - 1 masks per request over a {cfg.draft_context_used}-token "

@@ -12,8 +12,6 @@ and drafted positions.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import nn
 
@@ -25,16 +23,9 @@ from sparksim.profiling.model import (
     StepLayout,
     materialise,
 )
-
-
-@dataclass(frozen=True)
-class DrafterShape:
-    """How the drafter differs from its target; the layers themselves copy the target's shape."""
-
-    num_layers: int = 5  # DSpark and DFlash both use 5 draft layers
-    gamma: int = 7  # block size γ: anchor + γ − 1 masks in, γ drafts out
-    target_layers: int = 5  # m target layers whose hidden states feed the context features
-    markov_rank: int = 256  # rank of the bigram bias W1[x_{k−1}]·W2
+from sparksim.roofline import (
+    DrafterShape,  # the one shape: the roofline prices it, the profiler builds it
+)
 
 
 class DSparkDrafter(nn.Module):
@@ -45,7 +36,7 @@ class DSparkDrafter(nn.Module):
         self.spec, self.shape = spec, shape
         d = spec.hidden
         self.embed = nn.Embedding(spec.vocab, d)
-        self.fc = nn.Linear(shape.target_layers * d, d, bias=False)
+        self.fc = nn.Linear(shape.num_target_features * d, d, bias=False)
         self.hidden_norm = RMSNorm(d)
         self.layers: list[DecoderLayer] = nn.ModuleList(  # type: ignore[assignment]
             DecoderLayer(spec) for _ in range(shape.num_layers))

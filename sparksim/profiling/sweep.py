@@ -321,7 +321,7 @@ def _time_draft(
                                   device, dtype)
     block_layout = StepLayout.build(requests * positions, requests, context, spec,
                                     device, dtype, bidirectional=True)
-    hidden = torch.randn(requests * chunk, shape.target_layers * spec.hidden, device=device).to(dtype)
+    hidden = torch.randn(requests * chunk, shape.num_target_features * spec.hidden, device=device).to(dtype)
     block_ids = torch.randint(0, spec.vocab, (requests * positions,)).to(device)
 
     def step() -> object:
