@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -35,8 +36,7 @@ from numpy.typing import ArrayLike, NDArray
 from sparksim.profile import Profile
 
 
-@dataclass(slots=True, frozen=True)
-class StepPrice:
+class StepPrice(NamedTuple):  # a tuple: made every step, and a frozen dataclass costs µs to build
     """One step's seconds, term by term (the engine's charge; `steps.parquet` records them)."""
 
     draft_s: float
@@ -110,12 +110,15 @@ class StepCost:
                 attn_token_s = coef_s * kv_attn / requests if coef_s else 0.0
             for take, prefix in chunks:
                 kv_s += profile.prefill_attention_s(take, prefix)
-        draft_s = profile.draft_step_s(requests, positions, drafter, kv_attn) if positions else 0.0
+        draft_s = drafts_s = 0.0
+        if positions:
+            draft_s = profile.draft_step_s(requests, positions, drafter, kv_attn)
+            if profile.verify_drafts_ms != (0.0, 0.0):  # only where the card measured it: a call a step saved
+                drafts_s = profile.verify_drafts_s(requests)
         return cls(
             profile, draft_s, kv_tokens / requests if requests else 0.0, kv_s,
             0.0 if profile.attention_compute_adds else attn_mem_s, attn_token_s, prefill_tokens,
-            profile.verify_drafts_s(requests) if positions else 0.0, requests + prefill_tokens,
-            requests, padded, overhead_s,
+            drafts_s, requests + prefill_tokens, requests, padded, overhead_s,
         )
 
     @classmethod

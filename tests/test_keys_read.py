@@ -8,6 +8,7 @@ the values that read it.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -124,8 +125,10 @@ def test_run_cli_accepts_a_policy_with_parameters(tmp_path: Path) -> None:
     result = runner.invoke(app, ["run", "--policy", "static:gamma=1,drafter=mtp-1", "--set", "run.duration_s=1",
                                  "--out", str(out), "-q"])
     assert result.exit_code == 0, result.output
-    assert "static(gamma=1) · mtp-1" in result.output
-    assert "mtp-1 (mtp, 1 position)" in result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["policy_label"] == "static(gamma=1) · mtp-1"
+    assert summary["cost"]["drafter"]["positions_drafted"] == 1
+    assert "1 position" in result.output and "1 positions" not in result.output
 
 
 def test_a_bad_policy_parameter_is_an_error() -> None:
