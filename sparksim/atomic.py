@@ -1,4 +1,9 @@
-"""Atomic writes: build in a temporary sibling, rename when complete, so nothing half-written stays."""
+"""Atomic writes: build in a temporary sibling, rename when complete, so nothing half-written stays.
+
+The temporary file or folder gets the permissions an ordinary `open` or `mkdir` would give
+it (0666 or 0777 less the umask), not tempfile's private 0600 / 0700: a results folder is
+as readable as the parquet files a library writes into it.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,14 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+
+
+def current_umask() -> int:
+    """Return the process's umask (it can only be read by setting it, so set it back at once)."""
+    # 0o077 while it is briefly in force: a file another thread creates meanwhile is private, not open
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
 
 
 @contextlib.contextmanager
@@ -20,6 +33,7 @@ def atomic_dir(target: Path | str, *, overwrite: bool = True) -> Iterator[Path]:
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
     try:
+        tmp.chmod(0o777 & ~current_umask())
         yield tmp
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -45,6 +59,7 @@ def atomic_file(target: Path | str, mode: str = "w") -> Iterator[Path]:
     os.close(fd)
     tmp = Path(name)
     try:
+        tmp.chmod(0o666 & ~current_umask())
         yield tmp
     except BaseException:
         tmp.unlink(missing_ok=True)

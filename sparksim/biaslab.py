@@ -44,6 +44,12 @@ def appendix_a_profile() -> Profile:
     )
 
 
+# |z| past which the lab calls a policy biased: at 4 standard errors a lossless policy is
+# called biased about once in 16,000 runs, and App. A's argmax bias (0.85 against 0.7) is
+# tens of standard errors away at the default 20,000 trials
+BIASED_Z = 4.0
+
+
 @dataclass(frozen=True)
 class BiasResult:
     policy: str
@@ -57,6 +63,11 @@ class BiasResult:
     def z(self) -> float:
         """Standard errors between the observed and the target probability."""
         return (self.p_first_a - self.target) / self.stderr if self.stderr > 0 else 0.0
+
+    @property
+    def biased(self) -> bool:
+        """The verdict: more than BIASED_Z standard errors from the target."""
+        return abs(self.z) > BIASED_Z
 
 
 def _accepted_by(u: float, x1: int) -> bool:
@@ -133,5 +144,5 @@ def bias_table(policies: list[str], trials: int = 20_000, seed: int = 0,
         tick = None if progress is None else (lambda done, spec=spec: progress(spec, done))
         r = run_bias_lab(spec, trials=trials, seed=seed, progress=tick)
         rows.append({"policy": spec, "label": r.label, "p_first_A": r.p_first_a, "stderr": r.stderr,
-                     "target": r.target, "z": r.z})
+                     "target": r.target, "z": r.z, "biased": r.biased})
     return pd.DataFrame(rows)

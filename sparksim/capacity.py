@@ -32,13 +32,13 @@ import pandas as pd
 from sparksim.errors import ConfigError
 from sparksim.frontier import overloaded
 from sparksim.metrics import PERCENTILES, UNFINISHED_SHARE
-from sparksim.sweep import SweepPoint, resolve_point, run_rows
+from sparksim.sweep import SweepPoint, resolve_point, run_rows, simulate_keeping_warnings
 from sparksim.sweep_pool import start_pool, stop_pool
 from sparksim.sweep_store import PointStore
 
 SLO_KEYS = tuple(f"{stat}_{metric}_ms" for metric in ("ttft", "tpot", "e2el")
                  for stat in ("mean", *(label for label, _ in PERCENTILES)))
-CAPACITY_FORMAT = 2  # part of every run's key: raise it when a run's row changes meaning
+CAPACITY_FORMAT = 3  # part of every run's key: raise it when a run's row changes meaning
 BELOW, FOUND, ABOVE = "below the range", "found", "above the range"
 
 
@@ -152,6 +152,7 @@ class Probe:
     load: float
     seed: int
     why_not: str  # '' when it met them
+    warnings: tuple[str, ...] = ()  # the messages of the warnings the run gave
 
     @property
     def meets(self) -> bool:
@@ -232,15 +233,8 @@ def run_capacity_point(scenario_path: str | None, base_sets: Sequence[str], poin
 
     Not `sweep.run_point`: a sweep's row keeps only some percentiles (no p90, no median).
     """
-    import warnings
-
-    from sparksim.runner import simulate
-
-    sc, base = resolve_point(scenario_path, base_sets, point)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        s = simulate(sc, base).summary
-    row: dict[str, Any] = {"policy": point.policy, "label": s["policy_label"], "seed": s["seed"]}
+    s, given = simulate_keeping_warnings(*resolve_point(scenario_path, base_sets, point))
+    row: dict[str, Any] = {"policy": point.policy, "label": s["policy_label"], "seed": s["seed"], "warnings": given}
     for key in (*SLO_KEYS, "steady_requests", "steady_unfinished", "steady_waiting"):
         row[key] = s.get(key)
     return row
@@ -315,7 +309,7 @@ def find_capacity(
         for (i, load), row in zip(todo, rows, strict=True):
             res, seed, _ = flat[i]
             res.label = row.get("label", res.policy)
-            res.probes.append(Probe(load, seed, miss_reason(row, slos)))
+            res.probes.append(Probe(load, seed, miss_reason(row, slos), tuple(row.get("warnings", ()))))
             met.append(res.probes[-1].meets)
         return met
 

@@ -483,8 +483,15 @@ def read_json_object(path: Path | str) -> dict[str, Any]:
 
 
 def read_scenario_file(path: Path | str) -> dict[str, Any]:
-    """Read a scenario YAML file with the safe loader; raise ConfigError if it is not a mapping."""
-    return read_yaml_mapping(path, "scenario")
+    """Read a scenario YAML file with the safe loader; raise ConfigError if it is empty or not a mapping.
+
+    An empty file (or one of comments only) is refused rather than read as {}: a run would
+    silently simulate the default scenario, not the one the user meant to write.
+    """
+    data = read_yaml_mapping(path, "scenario")
+    if not data:
+        raise ConfigError(f"{path}: the scenario file is empty (to run the default scenario, give no file)")
+    return data
 
 
 def check_scenario_file(path: Path | str) -> list[str]:

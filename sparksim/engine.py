@@ -2,10 +2,10 @@
 
 The running batch is a struct of arrays (one slot per running request, rows 0..n-1, laid
 out in `sparksim.batch_layout`), so a step is a fixed number of array operations whatever
-R is: gather the trace rows' confidences, ask the policy for ℓ, pay
-step_s = draft(R, positions) + dense(B) + attention(R, ΣKV) + prompt-chunk attention from the
-profile (`sparksim.profile`), then replay acceptance (`sparksim.acceptance`) and advance every
-request in one pass (`sparksim.kernels.advance`).
+R is: plan it (prompt work, who advances, its price: `sparksim.pricing.StepCost`), gather
+the trace rows' confidences, ask the policy for ℓ and check the answer, pay the price the
+policy was shown (`StepCost.price`), then replay acceptance (`sparksim.acceptance`) and
+advance every request in one pass (`sparksim.kernels.advance`), and record the step.
 Python loops run only over requests that join, finish, are preempted or run out of trace
 — events, not steps.
 
@@ -153,14 +153,10 @@ class Engine:
         self.drafts = policy.drafts
         self.draft_positions = drafted_positions(policy, profile, scenario.policy.drafter, traces.gamma)
         self.drafter = scenario.policy.drafter
-        self.per_request_kv = profile.kv_model != "legacy-grid"
-        self.attn_coef_s = profile.attention_compute_coef_ms / 1e3  # per (query, KV token)
-        self.attn_adds = profile.attention_compute_adds  # FLOPs add to the KV read (else max)
         self.attn_padded = profile.attention_kv_padded  # attention over the longest context, not the sum
         self.prefill_first = cl.prefill.schedule == "prefill-first"
         # the engine loop's own time before a step (a CPU engine's host work; none on a GPU profile)
         self.loop = bool(profile.loop_table)
-        self.drafts_cost = any(profile.verify_drafts_ms)  # what verifying any draft adds to a step
         self.max_context_tokens = cl.max_context_tokens or (1 << 62)
         self.observes = type(policy).observe is not Policy.observe  # skip a no-op call per step
         # the most drafts a request may verify: the positions drafted, within the trace's block

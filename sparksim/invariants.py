@@ -135,5 +135,8 @@ def check_run(
 
 
 def lengths_in_bounds(lengths: np.ndarray[tuple[int], np.dtype[np.int64]], gamma: int) -> bool:
-    """INV-2 for one step's policy output."""
-    return bool(lengths.size == 0 or (lengths.min() >= 0 and lengths.max() <= gamma))
+    """INV-2 for one step's policy output (int64): every ℓ in 0..gamma.
+
+    One reduction, not two (it runs every step): seen as unsigned, a negative ℓ is past 2⁶³.
+    """
+    return bool(lengths.size == 0 or int(lengths.view(np.uint64).max()) <= gamma)

@@ -23,6 +23,15 @@ PERCENTILES = (("median", 0.5), ("p90", 0.9), ("p99", 0.99))
 # horizon: the queue was still growing, latencies are optimistic (`run` warns; sweeps leave
 # such points out of matched speedups).
 UNFINISHED_SHARE = 0.05
+# What the summary's request counts count, written into it: `completed` and `steady_requests`
+# differ most in an overloaded run, where the first is large and the second near zero.
+COUNTS_NOTE = (
+    "completed: requests that finished inside the steady window, whenever they arrived "
+    "(request_throughput = completed / window length); steady_requests: requests that arrived "
+    "inside the window and finished by the horizon (the latency figures' sample); "
+    "steady_unfinished: requests that arrived inside the window and had not finished at the horizon, "
+    "steady_waiting of them not yet started"
+)
 
 
 def _dist(name: str, values_ms: np.ndarray[Any, np.dtype[np.float64]]) -> dict[str, float]:
@@ -85,7 +94,9 @@ def summarize(
         "duration_s": scenario.run.duration_s,
         "window": {"warmup_s": w0, "cooldown_s": scenario.run.duration_s - w1, "length_s": window_s},
         "num_gpus": gpus,
+        # finished inside the window, whenever they arrived: what request_throughput counts
         "completed": len(finished_in_window),
+        # arrived inside the window and finished by the horizon: the latency figures' sample
         "steady_requests": len(steady),
         # arrived in the window but unfinished at the horizon: latency figures leave them out,
         # so a large share means the system is saturated and the latencies are optimistic
@@ -137,6 +148,7 @@ def summarize(
             }
     summary["by_domain"] = by_dom
     summary["census"] = census
+    summary["counts_note"] = COUNTS_NOTE
     summary["trace_switches"] = int(requests["trace_switches"].sum())
     if extra:
         summary.update(extra)

@@ -16,6 +16,7 @@ import hashlib
 import itertools
 import json
 import os
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -40,7 +41,8 @@ ROW_METRICS = (
     # the steady window's census: a point with many unfinished had a queue still growing
     "steady_requests", "steady_unfinished", "steady_waiting",
 )
-POINT_FORMAT = 3  # part of every point's key: raise it when a row's contents change meaning
+POINT_FORMAT = 4  # part of every point's key: raise it when a row's contents change meaning
+WARNINGS_FILE = "warnings.json"  # beside the table: each point's warnings (the table has none)
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,23 @@ def default_policies(scenario_path: str | None, base_sets: Sequence[str]) -> tup
         note = (f"baseline: static:gamma=1 paying {paid}; profile {profile.name!r} has no MTP module, "
                 "so this is not MTP-1")
     return [baseline, "two-step"], note
+
+
+def study_inputs(scenario_path: str | None, base_sets: Sequence[str]) -> tuple[dict[str, Any], str]:
+    """Return what a study (sweep, capacity search) records of its inputs, and its scenario's YAML.
+
+    The first: `profile` and `traces` as the scenario names them and `inputs`, the folders
+    they resolved to, so `sparksim report` finds their cards from anywhere. The second:
+    the scenario with `base_sets` applied, before any point's policy and swept values.
+    """
+    from sparksim.config import resolve_path
+    from sparksim.runner import load_scenario
+
+    sc, base = load_scenario(scenario_path, base_sets)
+    refs = {"profile": sc.profile, "traces": sc.traces,
+            "inputs": {"profile": str(resolve_path(sc.profile, base).resolve()),
+                       "traces": str(resolve_path(sc.traces, base).resolve())}}
+    return refs, sc.to_yaml()
 
 
 def parse_vary(items: Iterable[str]) -> list[tuple[str, list[str]]]:
@@ -122,17 +141,26 @@ def point_key(scenario: Scenario, base: Path | None, point: SweepPoint) -> str:
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:32]
 
 
-def run_point(scenario_path: str | None, base_sets: Sequence[str], point: SweepPoint) -> dict[str, Any]:
-    """Simulate one sweep point and return its flat summary row (runs in a worker process)."""
-    import warnings
+def simulate_keeping_warnings(scenario: Scenario, base: Path | None) -> tuple[dict[str, Any], list[str]]:
+    """Simulate `scenario`; return its summary and the messages of the warnings it gave, each once.
 
+    A worker process keeps them for its row rather than printing them: its stderr would
+    interleave them with the other points'.
+    """
     from sparksim.runner import simulate
 
-    sc, base = resolve_point(scenario_path, base_sets, point)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        res = simulate(sc, base)
-    s = res.summary
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        summary = simulate(scenario, base).summary
+    return summary, list(dict.fromkeys(str(w.message) for w in caught))
+
+
+def run_point(scenario_path: str | None, base_sets: Sequence[str], point: SweepPoint) -> dict[str, Any]:
+    """Simulate one sweep point and return its flat summary row (runs in a worker process).
+
+    The row's "warnings" holds the messages of the warnings the run gave, each once.
+    """
+    s, given = simulate_keeping_warnings(*resolve_point(scenario_path, base_sets, point))
     row: dict[str, Any] = {"policy": point.policy, "label": s["policy_label"],
                            "lossless": s["lossless"], "upper_bound": s["upper_bound"]}
     for ov in point.overrides:
@@ -142,6 +170,7 @@ def run_point(scenario_path: str | None, base_sets: Sequence[str], point: SweepP
     row["drafter"] = drafter["name"] if drafter else "none"  # the draft table this row paid for
     for m in ROW_METRICS:
         row[m] = s.get(m)
+    row["warnings"] = given
     return row  # no wall-clock figures: the table is reproducible byte for byte
 
 
@@ -201,8 +230,10 @@ def run_rows(
             rows[i] = store.get(keys[i])
     todo = [i for i, r in enumerate(rows) if r is None]
     if check_inputs:  # fail fast on a bad scenario/policy before spawning anything
-        for point in {points[i].policy: points[i] for i in todo}.values():
-            load_inputs(*resolve_point(scenario_path, base_sets, point))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # each point's row keeps the warnings it gives
+            for point in {points[i].policy: points[i] for i in todo}.values():
+                load_inputs(*resolve_point(scenario_path, base_sets, point))
     done = len(points) - len(todo)
     if progress:  # the first report: points read back (0 when none)
         progress(done, len(points))
@@ -249,23 +280,48 @@ def run_rows(
     return [r for r in rows if r is not None]
 
 
-def write_sweep(out: Path, table: pd.DataFrame, meta: dict[str, Any]) -> Path:
-    """Write `sweep.parquet`, `sweep.csv`, `sweep.yaml` (how it was run), then the Pareto plot.
+def point_warnings(table: pd.DataFrame) -> list[dict[str, Any]]:
+    """Return the points of `table` that gave warnings: policy, label, swept values and messages."""
+    varied = [c for c in table.columns if "." in str(c)]
+    return [{"policy": row["policy"], "label": row.get("label", row["policy"]),
+             **{k: row[k] for k in varied}, "warnings": list(row["warnings"])}
+            for row in table.to_dict("records") if isinstance(row["warnings"], list) and row["warnings"]]
+
+
+def write_sweep(out: Path, table: pd.DataFrame, meta: dict[str, Any], *, scenario: str | None = None) -> Path:
+    """Write `sweep.parquet`, `sweep.csv`, `sweep.yaml` (how it was run), then the Pareto plot and the report.
 
     The table comes first and each file is written atomically, so a plotting failure never
-    costs the simulations. Without matplotlib (the `plot` extra) there is no `pareto.png`,
-    not even one left from an earlier sweep; `points/` (the finished points) is kept.
+    costs the simulations. The points' warnings (a `warnings` column, as `run_point` makes
+    it) go to WARNINGS_FILE, not into the table; `scenario` (the resolved scenario's YAML)
+    to `scenario.yaml`. Without matplotlib (the `plot` extra) there is no `pareto.png`, and
+    without plotly no `report.html`, not even ones left from an earlier sweep; `points/`
+    (the finished points) is kept.
     """
     out.mkdir(parents=True, exist_ok=True)
+    warned = point_warnings(table) if "warnings" in table.columns else None
+    table = table.drop(columns="warnings", errors="ignore")
     with atomic_file(out / "sweep.parquet") as tmp:
         table.to_parquet(tmp, index=False)
     with atomic_file(out / "sweep.csv") as tmp:
         table.to_csv(tmp, index=False, float_format="%.6g")
     write_text(out / "sweep.yaml", yaml.safe_dump(meta, sort_keys=False))
+    # files an earlier sweep left would not describe this table: replaced, or removed
+    warned_json = None if warned is None else json.dumps(warned, indent=1, default=str) + "\n"
+    for name, text in ((WARNINGS_FILE, warned_json), ("scenario.yaml", scenario)):
+        if text is None:
+            (out / name).unlink(missing_ok=True)
+        else:
+            write_text(out / name, text)
     from sparksim.plotting.pareto import plot_pareto
+    from sparksim.report import REPORT_FILE, write_report
 
     try:
         plot_pareto(table, out / "pareto.png", meta=meta, baseline=meta.get("baseline"))
     except MissingExtraError:
         (out / "pareto.png").unlink(missing_ok=True)  # an old figure would not show this table
+    try:
+        write_report(out)
+    except MissingExtraError:
+        (out / REPORT_FILE).unlink(missing_ok=True)
     return out

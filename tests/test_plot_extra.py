@@ -66,3 +66,20 @@ def test_plot_pareto_without_matplotlib_says_how_to_install_it(
     result = runner.invoke(app, ["plot", "pareto", str(tmp_path)])
     assert INSTALL in one_clean_line(result, 1)
     assert not (tmp_path / "pareto.png").exists()
+
+
+def test_a_sweep_without_plotly_writes_its_table_and_says_how_to_write_the_report(
+    monkeypatch: pytest.MonkeyPatch, sloped_profile: Path, varied_traces: Path, tmp_path: Path
+) -> None:
+    monkeypatch.setitem(sys.modules, "plotly", None)  # `import plotly` fails, as without the extra
+    out = tmp_path / "sw"
+    result = runner.invoke(app, [
+        "sweep", "--vary", "workload.concurrency=1,4", "--policy", "static:gamma=1", "--workers", "1",
+        "--set", f"profile={sloped_profile}", "--set", f"traces={varied_traces}",
+        "--set", "run.duration_s=3", "--out", str(out),
+    ])
+    said = one_clean_line(result, 0)
+    assert f"no report.html: plotly is not installed; to write it: {INSTALL}, then sparksim report {out}" in said
+    assert (out / "sweep.parquet").exists() and not (out / "report.html").exists()
+    result = runner.invoke(app, ["report", str(out)])
+    assert INSTALL in one_clean_line(result, 1)

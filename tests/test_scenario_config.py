@@ -101,6 +101,17 @@ def test_validate_reports_every_problem_in_a_scenario_file(tmp_path: Path) -> No
     assert len(problems) == 2
 
 
+@pytest.mark.parametrize("text", ["", "\n", "# only a comment\n"], ids=["empty", "blank", "comments"])
+def test_an_empty_scenario_file_is_an_error_naming_the_file(tmp_path: Path, text: str) -> None:
+    # Why: read as {}, an empty file ran the embedded default, and its results looked like the
+    # scenario the user meant to write.
+    f = tmp_path / "mine.yaml"
+    f.write_text(text)
+    with pytest.raises(ConfigError, match=rf"{f}: the scenario file is empty"):
+        load_scenario(f)
+    assert check_scenario_file(f) == [f"{f}: the scenario file is empty (to run the default scenario, give no file)"]
+
+
 def test_kv_capacity_smaller_than_one_request_is_an_error(flat_profile: Path, traces_07: Path) -> None:
     sc, base = load_scenario(None, [f"profile={flat_profile}", f"traces={traces_07}",
                                     "cluster.kv_capacity_tokens=100"], "static")

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import typer
 from typer.core import TyperGroup
 
-from sparksim.cli import live, plot, policies, record, validate
+from sparksim.cli import live, plot, policies, record, report, validate
 
 if TYPE_CHECKING:
     from typer._click import Command, Context  # Typer's vendored click
@@ -25,8 +25,8 @@ if TYPE_CHECKING:
 # against the command the module builds, so the two cannot drift.
 LAZY_COMMANDS: dict[str, tuple[str, str, bool]] = {
     "run": ("sparksim.cli.run", "Simulate a scenario, print its summary and write results/<run>/.", False),
-    "sweep": ("sparksim.cli.sweep", "Sweep load (or any keys) for several policies; write sweep.parquet/csv and "
-              "pareto.png.", False),
+    "sweep": ("sparksim.cli.sweep", "Sweep load (or any keys) for several policies; write sweep.parquet/csv, "
+              "pareto.png and report.html.", False),
     "capacity": ("sparksim.cli.capacity", "Find each policy's capacity under latency SLOs by bisection; write "
                  "capacity.csv/json.", False),
     "profile": ("sparksim.cli.profile", "Measure an SPS(B) profile (verify.csv, attention.csv, a draft table, "
@@ -81,6 +81,7 @@ validate.register(app)
 for _name in ("profile", "traces"):
     app.command(_name, help=LAZY_COMMANDS[_name][1])(_stand_in)
 app.add_typer(plot.app, name="plot")
+report.register(app)
 record.register(app)
 live.register(app)
 

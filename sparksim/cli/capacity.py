@@ -15,7 +15,14 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from sparksim.cli.common import check_out, console, err_console, friendly_errors, plural
+from sparksim.cli.common import (
+    check_out,
+    console,
+    err_console,
+    friendly_errors,
+    plural,
+    print_warnings,
+)
 
 EXIT_INTERRUPTED = 130  # what a shell reports for a command stopped by SIGINT
 
@@ -52,17 +59,14 @@ def capacity(
 ) -> None:
     """Find each policy's capacity under latency SLOs by bisection; write capacity.csv/json.
 
-    A run meets the SLOs when every bound holds and at most 5 % of its steady-window requests
-    are unfinished at the horizon. Each seed is bisected on its own; the capacity is the mean
-    over seeds ± standard error, and `lowest` the lowest seed's. Rerunning reuses every run
-    already made (delete OUT/points/ to redo them); Ctrl-C stops it, keeping them.
+    A run meets the SLOs when every bound holds and at most 5 % of its steady-window requests are unfinished at the horizon. Each seed is bisected on its own; the capacity is the mean over seeds ± standard error, and `lowest` the lowest seed's. Rerunning reuses every run already made (delete OUT/points/ to redo them); Ctrl-C stops it, keeping them.
     """
     check_out(out)
     # the simulator's modules load when the search starts, so `sparksim capacity --help` stays quick
     from sparksim.atomic import write_text
     from sparksim.capacity import BELOW, SLO_KEYS, capacity_rows, find_capacity, parse_slos
     from sparksim.metrics import UNFINISHED_SHARE
-    from sparksim.sweep import default_policies
+    from sparksim.sweep import default_policies, study_inputs
     from sparksim.sweep_store import PointStore
 
     bounds = parse_slos(slo)
@@ -96,6 +100,7 @@ def capacity(
         raise typer.Exit(EXIT_INTERRUPTED) from None
 
     rows = capacity_rows(results)
+    refs, scenario_yaml = study_inputs(scenario_path, set_)
     slo_text = ", ".join(f"{k} ≤ {v:g}" for k, v in bounds.items())
     meta = {
         "scenario": scenario_path or "embedded default", "set": set_, "policies": policies,
@@ -106,30 +111,32 @@ def capacity(
         "overloaded": f"a run with over {UNFINISHED_SHARE:.0%} of its steady-window requests unfinished "
                       "misses the SLOs",
         "slo_keys": list(SLO_KEYS),
+        **refs,
     }
     detail = [{**row, "capacity": None if math.isnan(row["capacity"]) else row["capacity"],
                "capacity_se": None if math.isnan(row["capacity_se"]) else row["capacity_se"],
                "lowest": None if math.isnan(row["lowest"]) else row["lowest"],
                "per_seed": [{"seed": s, "capacity": b.capacity, "status": b.status}
                             for s, b in zip(res.seeds, res.brackets, strict=True)],
-               "runs_made": [{"load": p.load, "seed": p.seed, "meets": p.meets, "why_not": p.why_not}
-                             for p in res.probes]}
+               "runs_made": [{"load": p.load, "seed": p.seed, "meets": p.meets, "why_not": p.why_not,
+                              "warnings": list(p.warnings)} for p in res.probes]}
               for row, res in zip(rows, results, strict=True)]
     import pandas as pd
 
     out.mkdir(parents=True, exist_ok=True)
     write_text(out / "capacity.csv", pd.DataFrame(rows).to_csv(index=False, float_format="%.6g"))
     write_text(out / "capacity.json", json.dumps({"meta": meta, "policies": detail}, indent=1) + "\n")
+    write_text(out / "scenario.yaml", scenario_yaml)
 
     if store.reused:
         console.print(f"reused {store.reused} of {store.reused + store.saved} runs from {store.folder}/",
                       highlight=False, soft_wrap=True)
     shown = Table(title=f"capacity ({what}) under {slo_text}, {len(results[0].seeds)} seed(s)")
-    shown.add_column("policy")
-    shown.add_column("capacity (mean ± SE)", justify="right")
-    shown.add_column("lowest", justify="right")
+    shown.add_column("policy", overflow="fold")  # never cut, in a terminal of any width
+    shown.add_column("capacity (mean ± SE)", justify="right", no_wrap=True)
+    shown.add_column("lowest", justify="right", no_wrap=True)
     shown.add_column("per seed", justify="right")
-    shown.add_column("runs", justify="right")
+    shown.add_column("runs", justify="right", no_wrap=True)
     for row, res in zip(rows, results, strict=True):
         if res.status == BELOW:
             cap = low = f"below {lo:g}"
@@ -150,8 +157,9 @@ def capacity(
         elif res.status != "found":
             console.print(f"{res.policy}: above the range: it meets the SLOs at --hi {load(hi)}; "
                           "raise --hi", highlight=False, soft_wrap=True)
-    console.print(f"each seed bisected to within {load(tol)}; → {out}/ (capacity.csv, capacity.json)",
-                  highlight=False, soft_wrap=True)
+    print_warnings([p.warnings for res in results for p in res.probes], "run")
+    console.print(f"each seed bisected to within {load(tol)}; → {out}/ (capacity.csv, capacity.json; "
+                  f"sparksim report {out} draws them)", highlight=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import functools
 import os
 import tempfile
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Literal, ParamSpec, TypeVar
 
@@ -13,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from sparksim.errors import OutputPathError, SparksimError
+from sparksim.errors import ConfigError, OutputPathError, SparksimError
 
 console = Console()
 err_console = Console(stderr=True)
@@ -69,3 +70,20 @@ def check_out(out: Path, *, kind: Literal["folder", "file"] = "folder") -> None:
 def plural(count: float, noun: str) -> str:
     """Return `count noun`, the noun in the plural unless the count is one ("1 position")."""
     return f"{count:g} {noun}{'' if count == 1 else 's'}"
+
+
+def print_warnings(given: Iterable[Sequence[str]], run: str = "point") -> None:
+    """Print each distinct warning that runs gave once, with how many `run`s gave it."""
+    counts = Counter(message for messages in given for message in dict.fromkeys(messages))
+    for message, n in counts.items():
+        err_console.print(f"[yellow]warning[/] ({plural(n, run)}): {escape(message)}", highlight=False,
+                          soft_wrap=True)
+
+
+def need_torch() -> None:
+    """Raise a clear error if torch (or safetensors) is not installed: the commands that need them say so."""
+    import importlib.util
+
+    missing = [m for m in ("torch", "safetensors") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ConfigError(f"this command needs {missing}; install the torch extra: pip install 'sparksim[torch]'")

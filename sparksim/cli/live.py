@@ -36,10 +36,10 @@ def live(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress line"),
 ) -> None:
     """Serve a workload on the real models in real time; write the simulator's results folder."""
-    from sparksim.cli.record import _need_torch
+    from sparksim.cli.common import need_torch
     from sparksim.cli.run import summary_table
 
-    _need_torch()
+    need_torch()
     from sparksim.live.run import LIVE_SCENARIO, live_simulate
     from sparksim.runner import load_scenario, write_results
 

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from sparksim.cli.common import check_out, console, err_console, friendly_errors
+from sparksim.cli.common import check_out, console, err_console, friendly_errors, plural
 from sparksim.errors import ConfigError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def list_policies() -> None:
@@ -17,10 +21,10 @@ def list_policies() -> None:
     from sparksim.policies import REGISTRY
 
     table = Table(title="verification policies")
-    table.add_column("name", style="bold")
-    table.add_column("lossless")
-    table.add_column("rule")
-    table.add_column("source")
+    table.add_column("name", style="bold", no_wrap=True)
+    table.add_column("lossless", no_wrap=True)
+    table.add_column("rule", ratio=3)
+    table.add_column("source", ratio=2)
     for name in sorted(REGISTRY):
         cls = REGISTRY[name]
         lossless = "upper bound" if cls.upper_bound else ("yes" if cls.lossless else "NO")
@@ -66,7 +70,7 @@ def bias(
     mc: int = typer.Option(
         0, "--mc", min=0,
         help="--exact: also sample each policy's worst context N times and show the Monte Carlo TV with its "
-             "bootstrap 95%% CI"),
+             "bootstrap 95% CI"),
     out: Path | None = typer.Option(None, "--out", help="--exact: write the per-context table to this CSV"),
     threads: int = typer.Option(0, "--threads", min=0, help="--exact: torch threads (0 = default)"),
     span: int = typer.Option(
@@ -109,17 +113,26 @@ def bias(
         offset = {spec: i * trials for i, spec in enumerate(names)}
         df = bias_table(names, trials=trials, seed=seed, progress=lambda spec, done: bar.update(
             task, completed=offset[spec] + done, description=spec))
-    table = Table(title=f"bias lab: target P(A) = 0.7, {trials} trials each")
-    table.add_column("policy", overflow="fold", min_width=24)  # the full label, never cut
-    for col in ("P(first token = A)", "± stderr", "z", "verdict"):
-        table.add_column(col)
+    console.print(bias_lab_table(df, trials))
+
+
+def bias_lab_table(df: pd.DataFrame, trials: int) -> Table:
+    """Return the bias lab's table: one row per policy, its P(first token = A) and a verdict.
+
+    In an 80-column terminal the verdict and the numbers are never wrapped or cut; a long
+    policy label folds onto more lines instead.
+    """
+    table = Table(title=f"bias lab: P(first token = A), 0.7 for a lossless policy; {trials} trials each")
+    table.add_column("policy", overflow="fold")  # the full label, never cut
+    for col in ("P(A)", "± stderr", "z", "verdict"):
+        table.add_column(col, no_wrap=True)
     for row in df.to_dict("records"):
         z = float(row["z"])
-        verdict = "[red]biased[/]" if abs(z) > 4 else "[green]consistent with lossless[/]"
+        verdict = "[red]biased[/]" if row["biased"] else "[green]consistent with lossless[/]"
         # escape: "[not lossless]" in a label is text, not rich markup
         table.add_row(escape(str(row["label"])), f"{row['p_first_A']:.4f}", f"{row['stderr']:.4f}",
                       f"{z:+.1f}", verdict)
-    console.print(table)
+    return table
 
 
 def _bias_exact(specs: list[str], seed: int, target: Path | None, drafter: Path | None, n_contexts: int,
@@ -149,9 +162,9 @@ def _bias_exact(specs: list[str], seed: int, target: Path | None, drafter: Path 
                 raise ConfigError(f"--exact: the default profile {bx.DEFAULT_PROFILE} is not here; pass --profile")
             profile_dir = bx.DEFAULT_PROFILE
         prof = load_profile(profile_dir)
-        from sparksim.cli.record import _need_torch
+        from sparksim.cli.common import need_torch
 
-        _need_torch()
+        need_torch()
         import torch
 
         if threads:
@@ -169,37 +182,12 @@ def _bias_exact(specs: list[str], seed: int, target: Path | None, drafter: Path 
                                                                    description=spec))
     summary = bx.summarise(df)
     checks = bx.monte_carlo_check(cases, df, prof, mc, batch=batch, warmup=warmup, seed=seed) if mc else None
-    title = (f"exact first-token bias, γ = 2, batch R = {batch}: {where}\n"
-             f"TV = ½‖P(first token) − p_t‖₁; lossless to float precision: max TV < {bx.LOSSLESS_TV:g}")
-    table = Table(title=title)
-    table.add_column("policy", overflow="fold", min_width=24)
-    app_a = target is None
-    cols = (["P(first = A)", "TV"] if app_a else
-            ["mean TV", "max TV", "worst contexts (TV)", "ℓ depends on x₁", "P(verify x₁)"])
-    for col in cols:
-        table.add_column(col, overflow="fold")
-    if checks is not None:
-        table.add_column(f"Monte Carlo TV, worst context, {mc} draws [95% bootstrap CI]", overflow="fold")
-    table.add_column("verdict")
-    named: dict[int, str] = {}  # contexts the table points at, named below it
-    for i, row in enumerate(summary.to_dict("records")):
-        if row["lossless"]:
-            verdict = "[green]lossless[/]" if row["claims_lossless"] else "[yellow]no bias on these contexts[/]"
-        else:
-            verdict = "[red]BIASED (claims lossless)[/]" if row["claims_lossless"] else "[red]biased[/]"
-        if app_a:
-            first = df[df["policy"] == row["policy"]].iloc[0]
-            cells = [f"{first['dist'][0]:.6f}", f"{first['tv']:.3g}"]
-        else:
-            named.update((c, name) for c, name, _ in row["worst"])
-            cells = [f"{row['mean_tv']:.3g}", f"{row['max_tv']:.3g}",
-                     "; ".join(f"#{c} {tv:.3g}" for c, _, tv in row["worst"]),
-                     f"{row['depends_on_x1']}/{row['contexts']}", f"{row['mean_p_verify']:.3f}"]
-        if checks is not None:
-            c = checks.iloc[i]
-            cells.append(f"#{c['context']} witness {c['mc_tv_witness']}; split {c['mc_tv_split']}")
-        table.add_row(escape(str(row["label"])), *cells, verdict)
-    console.print(table)
+    console.print(f"exact first-token bias, γ = 2, batch R = {batch}: {where}", highlight=False)
+    console.print(f"TV = ½‖P(first token) − p_t‖₁; lossless to float precision: max TV < {bx.LOSSLESS_TV:g}",
+                  highlight=False)
+    tables, named = exact_tables(summary, df, checks, app_a=target is None)
+    for table in tables:
+        console.print(table)
     if named:
         console.print("contexts: " + "; ".join(f"#{c} {escape(named[c])}" for c in sorted(named)),
                       highlight=False)
@@ -214,62 +202,107 @@ def _bias_exact(specs: list[str], seed: int, target: Path | None, drafter: Path 
         console.print(f"per-context table: {out}")
 
 
+def exact_tables(summary: pd.DataFrame, df: pd.DataFrame, checks: pd.DataFrame | None, *, app_a: bool
+                 ) -> tuple[list[Table], dict[int, str]]:
+    """Return `bias --exact`'s tables and the contexts they point at (number → name).
+
+    One question per table, so each fits an 80-column terminal with its policy names and
+    verdicts whole: the verdict per policy; on real contexts, where and why (whether ℓ
+    depended on x₁, the worst contexts); with --mc, the Monte Carlo check of each policy's
+    worst context.
+    """
+    verdicts = Table(title="verdict per policy")
+    verdicts.add_column("policy", overflow="fold")
+    for col in (["P(first = A)", "TV"] if app_a else ["mean TV", "max TV"]):
+        verdicts.add_column(col, no_wrap=True)
+    verdicts.add_column("verdict", no_wrap=True)
+    why = Table(title="where the bias is, and why")
+    why.add_column("policy", overflow="fold")
+    why.add_column("ℓ uses x₁", justify="right", no_wrap=True)
+    why.add_column("P(verify x₁)", justify="right", no_wrap=True)
+    why.add_column("worst contexts (TV)")
+    mc = Table(title="Monte Carlo TV at each policy's worst context, 95% bootstrap CI")
+    mc.add_column("policy", overflow="fold")
+    mc.add_column("context", justify="right", no_wrap=True)
+    mc.add_column("witness TV [CI]")
+    mc.add_column("split TV [CI]")
+    named: dict[int, str] = {}
+    for i, row in enumerate(summary.to_dict("records")):
+        if row["lossless"]:
+            verdict = "[green]lossless[/]" if row["claims_lossless"] else "[yellow]no bias on these contexts[/]"
+        else:
+            verdict = "[red]BIASED (claims lossless)[/]" if row["claims_lossless"] else "[red]biased[/]"
+        label = escape(str(row["label"]))
+        if app_a:
+            first = df[df["policy"] == row["policy"]].iloc[0]
+            verdicts.add_row(label, f"{first['dist'][0]:.6f}", f"{first['tv']:.3g}", verdict)
+        else:
+            named.update((c, name) for c, name, _ in row["worst"])
+            verdicts.add_row(label, f"{row['mean_tv']:.3g}", f"{row['max_tv']:.3g}", verdict)
+            why.add_row(label, f"{row['depends_on_x1']}/{row['contexts']}", f"{row['mean_p_verify']:.3f}",
+                        "; ".join(f"#{c} {tv:.3g}" for c, _, tv in row["worst"]))
+        if checks is not None:
+            c = checks.iloc[i]
+            mc.add_row(label, f"#{c['context']}", str(c["mc_tv_witness"]), str(c["mc_tv_split"]))
+    tables = [verdicts] if app_a else [verdicts, why]
+    return tables + ([mc] if checks is not None else []), named
+
+
+def span_table(rows: list[dict[str, Any]]) -> Table:
+    """Return `bias --span`'s table: per context and policy, the TV lower bound and a verdict.
+
+    The verdict and the figures are never wrapped or cut in an 80-column terminal; a long
+    policy label folds onto more lines instead.
+    """
+    table = Table(title="bias over spans, against plain decoding")
+    table.add_column("ctx", no_wrap=True)
+    table.add_column("policy", overflow="fold")
+    table.add_column("max TV lower bound [95% CI], where")
+    table.add_column("min Holm p", justify="right", no_wrap=True)
+    table.add_column("verdict", no_wrap=True)
+    for r in rows:
+        biased = r["biased"]
+        table.add_row(str(r["context"]), escape(str(r["policy"])),
+                      f"{r['max_tv_lower_bound']:.3f} [{r['ci95_low']:.3f}, {r['ci95_high']:.3f}] at position "
+                      f"{r['at_position']}; CI > 0 at {plural(r['positions_ci_above_0'], 'position')}",
+                      f"{r['min_p_holm']:.3g}", "[red]biased[/]" if biased else "[green]no detectable bias[/]")
+    return table
+
+
 def _bias_span(specs: list[str], seed: int, target: Path | None, drafter: Path | None, n_contexts: int,
                prompts: Path, batch: int, profile_dir: Path | None, temperature: float, span: int, n: int,
                out: Path | None, threads: int) -> None:
     """`sparksim bias --span N`: long-span Monte Carlo on the live engine (sparksim.live.span)."""
     from sparksim.bias_exact import DEFAULT_PROFILE, DEFAULT_SPECS
-    from sparksim.cli.record import _need_torch
+    from sparksim.cli.common import need_torch
 
     if target is None or drafter is None:
         raise ConfigError("--span needs --target and --drafter (the live engine writes the continuations)")
     if out is not None:
         check_out(out, kind="file")
-    _need_torch()
+    need_torch()
     import pandas as pd
     import torch
 
     from sparksim.live.engine import LiveModels
     from sparksim.live.run import read_prompt_ids
-    from sparksim.live.span import compare, continuations
-    from sparksim.policies import make_policy, parse_policy_spec
+    from sparksim.live.span import span_bias
     from sparksim.profile import load_profile
 
     torch.set_num_threads(threads or 1)
     prof = load_profile(profile_dir or DEFAULT_PROFILE)
     models = LiveModels.load(target, drafter)
     names = list(specs) or [s for s in DEFAULT_SPECS if not s.startswith("static")] + ["static:gamma=7"]
-    parsed = [parse_policy_spec(spec) for spec in names]
-    for name, params in parsed:  # a bad name or parameter fails before any work
-        make_policy(name, models.gamma, params)
     every = read_prompt_ids(prompts)
     contexts = every[:: max(1, len(every) // n_contexts)][:n_contexts]  # spread over the file's domains
-    rows = []
-    for c, ctx in enumerate(contexts):
-        err_console.print(f"context #{c}: plain decoding, {n} continuations of {span} tokens", highlight=False)
-        base = continuations(models, ctx, None, prof, n, span, batch=batch, seed=seed + 7919 * c,
-                             temperature=temperature)
-        for spec, (name, params) in zip(names, parsed, strict=True):
-            err_console.print(f"context #{c}: {spec}", highlight=False)
-            pol = make_policy(name, models.gamma, params)
-            got = continuations(models, ctx, pol, prof, n, span, batch=batch, seed=seed + 7919 * c + 1,
-                                temperature=temperature, drafter=None)
-            summ = compare(got, base, seed=seed).summary()
-            rows.append({"context": c, "policy": pol.label(), **{k: v for k, v in summ.items() if k != "ci95"},
-                         "ci95_low": summ["ci95"][0], "ci95_high": summ["ci95"][1]})
+    rows = span_bias(models, contexts, names, prof, n, span, batch=batch, seed=seed, temperature=temperature,
+                     progress=lambda line: err_console.print(line, highlight=False))
     df = pd.DataFrame(rows)
-    table = Table(title=f"bias over {span}-token spans: the live engine ({target} + {drafter}), {n} continuations "
-                        f"per policy and context, batch R = {batch}, against plain decoding; TV lower bound "
-                        "(split-half witness) at its worst position, 95% bootstrap CI; chi-square Holm-adjusted")
-    for col in ("context", "policy", "max TV lower bound [95% CI]", "at position", "positions with CI > 0",
-                "min Holm p", "verdict"):
-        table.add_column(col, overflow="fold")
-    for r in rows:
-        biased = r["positions_ci_above_0"] > 0 and r["min_p_holm"] < 0.01
-        table.add_row(str(r["context"]), escape(str(r["policy"])),
-                      f"{r['max_tv_lower_bound']:.3f} [{r['ci95_low']:.3f}, {r['ci95_high']:.3f}]",
-                      str(r["at_position"]), str(r["positions_ci_above_0"]), f"{r['min_p_holm']:.3g}",
-                      "[red]biased[/]" if biased else "[green]no detectable bias[/]")
+    console.print(f"bias over {span}-token spans: the live engine ({target} + {drafter}), {n} continuations "
+                  f"per policy and context, batch R = {batch}, against plain decoding; TV lower bound "
+                  "(split-half witness) at its worst position, 95% bootstrap CI; chi-square Holm-adjusted",
+                  highlight=False)
+    table = span_table(rows)
     console.print(table)
     if out is not None:
         from sparksim.atomic import write_text

@@ -65,14 +65,21 @@ def live(
 ) -> None:
     """Measure the live engine's own step functions (sparksim live) into a profile the simulator reads.
 
-    Then, unless --loop-traces is '', the engine loop's time between steps, from short live
-    sessions (2, 8 and 24 users; plain decoding and static drafting), into cost_model.loop_ms.
+    Then, unless --loop-traces is '', the engine loop's time between steps, from short live sessions (2, 8 and 24 users; plain decoding and static drafting), into cost_model.loop_ms.
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from sparksim.cli.record import _need_torch
+    if refit:
+        from sparksim.live.fits import refit_verify  # torch-free: nothing is measured
 
-    _need_torch()
+        if not (out / "points.csv").is_file():
+            raise ConfigError(f"--refit: {out} holds no live profile (points.csv) to refit")
+        refit_verify(out, shlex.join(["sparksim", "profile", "live", "--refit", "--out", str(out)]))
+        console.print(f"[green]refitted[/] {out} from its points.csv", highlight=False)
+        return
+    from sparksim.cli.common import need_torch
+
+    need_torch()
     from sparksim.live.engine import LiveModels
     from sparksim.live.profile import (
         LOOP_USERS,
@@ -98,14 +105,6 @@ def live(
         add_loop(path, gaps, command)
         console.print(f"[green]added[/] cost_model.loop_ms to {path}", highlight=False)
 
-    if refit:
-        from sparksim.live.profile import refit_verify
-
-        if not (out / "points.csv").is_file():
-            raise ConfigError(f"--refit: {out} holds no live profile (points.csv) to refit")
-        refit_verify(out, shlex.join(["sparksim", "profile", "live", "--refit", "--out", str(out)]))
-        console.print(f"[green]refitted[/] {out} from its points.csv", highlight=False)
-        return
     if loop_only:
         if not (out / "card.yaml").is_file():
             raise ConfigError(f"--loop-only: {out} holds no profile to add the loop to")

@@ -5,22 +5,14 @@ torch is imported inside each command, so the rest of the CLI works without it.
 
 from __future__ import annotations
 
-import importlib.util
 import shlex
 import sys
 from pathlib import Path
 
 import typer
 
-from sparksim.cli.common import console, friendly_errors
+from sparksim.cli.common import console, friendly_errors, need_torch
 from sparksim.errors import ConfigError
-
-
-def _need_torch() -> None:
-    """Raise a clear error if torch (or safetensors) is not installed."""
-    missing = [m for m in ("torch", "safetensors") if importlib.util.find_spec(m) is None]
-    if missing:
-        raise ConfigError(f"this command needs {missing}; install the torch extra: pip install 'sparksim[torch]'")
 
 
 def _check_format(drafter_format: str, device: str, dtype: str) -> None:
@@ -68,7 +60,7 @@ def train_target(
     bf16: bool = typer.Option(True, help="bf16 autocast on CPU."),
 ) -> None:
     """Pre-train the small built-in target LM (resumes from OUT/checkpoint if present)."""
-    _need_torch()
+    need_torch()
     from sparksim.drafter.config import TargetConfig, TrainConfig
     from sparksim.drafter.train import train_target as run
 
@@ -84,7 +76,7 @@ def export_target(
     out: Path = typer.Option(..., "--out", help="Directory for the HuggingFace Qwen3 checkpoint."),
 ) -> None:
     """Export the built-in target as a HuggingFace Qwen3ForCausalLM checkpoint (checked to match)."""
-    _need_torch()
+    need_torch()
     import torch
 
     from sparksim.atomic import atomic_dir
@@ -125,7 +117,7 @@ def train_drafter(
     bf16: bool = typer.Option(True, help="bf16 autocast on CPU."),
 ) -> None:
     """Train a DSpark drafter (or the DFlash baseline) on the target's own responses."""
-    _need_torch()
+    need_torch()
     from sparksim.drafter.config import TrainConfig
     from sparksim.drafter.target import load_target
     from sparksim.drafter.train import default_drafter_config
@@ -154,7 +146,7 @@ def calibrate(
     dtype: str = typer.Option("fp32", help="deepspec format: fp32, bf16 or fp16."),
 ) -> None:
     """Fit Sequential Temperature Scaling on held-out prompts; print ECE before/after per position."""
-    _need_torch()
+    need_torch()
     _check_format(drafter_format, device, dtype)
     if threads:
         import torch
@@ -195,7 +187,7 @@ def record(
     calibration: Path | None = typer.Option(None, help="deepspec format: STS file (default DRAFTER/calibration.json)."),
 ) -> None:
     """Record a trace set: draft and verify a γ-block at every output position of target responses."""
-    _need_torch()
+    need_torch()
     _check_format(drafter_format, device, dtype)
     if calibration is not None and drafter_format != "deepspec":
         raise ConfigError("--calibration applies to --drafter-format deepspec (the built-in recorder reads "

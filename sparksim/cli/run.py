@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -12,45 +13,56 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from sparksim.cli.common import check_out, console, err_console, friendly_errors, plural
+from sparksim.metric_names import shown
 
 if TYPE_CHECKING:
     from sparksim.runner import RunResult
 
 SHOWN = (
-    ("output_throughput", "output throughput", "tok/s"),
-    ("tput_per_gpu", "throughput per GPU", "tok/s/GPU"),
-    ("interactivity", "interactivity", "tok/s/user"),
-    ("mean_acceptance_length", "mean acceptance length", "tok/step"),
-    ("verify_budget_per_request", "verify budget per request", "tok/step"),
-    ("mean_ttft_ms", "mean TTFT", "ms"),
-    ("p99_ttft_ms", "p99 TTFT", "ms"),
-    ("mean_tpot_ms", "mean TPOT", "ms"),
-    ("p99_tpot_ms", "p99 TPOT", "ms"),
-    ("median_itl_ms", "median ITL", "ms"),
-    ("mean_e2el_ms", "mean E2EL", "ms"),
-    ("request_throughput", "request throughput", "req/s"),
-    ("completed", "completed (steady window)", "requests"),
+    *shown("output_throughput", "tput_per_gpu", "interactivity", "mean_acceptance_length",
+           "verify_budget_per_request", "mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "p99_tpot_ms",
+           "median_itl_ms", "mean_e2el_ms", "request_throughput"),
+    # Two counts that part ways under overload (metrics.COUNTS_NOTE); the unit names the
+    # summary.json key, so the table and the file cannot be read as saying different things.
+    ("completed", "finished in window", "requests (completed)"),
+    ("steady_requests", "arrived in window, finished", "requests (steady_requests)"),
+    ("steady_unfinished", "arrived in window, unfinished", "requests (steady_unfinished)"),
 )
 
 
 def summary_table(result: RunResult) -> Table:
+    """Return the table `run` and `live` print: the headline figures, then what the steps paid for.
+
+    Fits an 80-column terminal: metric names are never wrapped or cut (the value and unit
+    columns wrap instead), and a label too long for the title line wraps, not cut.
+    """
     s = result.summary
     title = escape(f"{s['scenario']} · {s['policy_label']} · seed {s['seed']}")  # labels hold [...]
     table = Table(title=title, show_header=True)
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    table.add_column("unit")
+    table.add_column("metric", no_wrap=True)
+    table.add_column("value", justify="right", overflow="fold")
+    table.add_column("unit", overflow="fold")
     for key, label, unit in SHOWN:
         val: Any = s.get(key)
         if isinstance(val, float):
             val = f"{val:,.2f}"
+        elif isinstance(val, int):
+            val = f"{val:,}"
         table.add_row(label, str(val), unit)
     if "request_goodput" in s:
         table.add_row("goodput (SLOs met)", f"{s['request_goodput']:.2f}", "req/s")
+    if s.get("engine") == "live":
+        # the live engine ran a real drafter and measured its time; it keeps no priced cost block
+        live = s.get("live", {})
+        drafter = live.get("drafter")
+        table.add_row("drafter run", *(("none", "plain decoding") if not drafter else (
+            str(drafter), f"{live.get('drafter_kind', '?')}, "
+                          f"{plural(live.get('positions_drafted', 0), 'position')}; real, time measured")))
+        return table
     cost = s.get("cost", {})
     drafter = cost.get("drafter")
-    table.add_row("drafter paid for", "none" if not drafter else
-                  f"{drafter['name']} ({drafter['kind']}, {plural(drafter['positions_drafted'], 'position')})", "")
+    table.add_row("drafter paid for", *(("none", "") if not drafter else (
+        drafter["name"], f"{drafter['kind']}, {plural(drafter['positions_drafted'], 'position')}")))
     cap = cost.get("kv_capacity_tokens")
     table.add_row("KV capacity", "unlimited" if cap is None else f"{cap:,}",
                   "tokens" + (f" ({cost.get('kv_capacity_source')})" if cap is not None else ""))
@@ -70,6 +82,7 @@ def run(
 ) -> None:
     """Simulate a scenario, print its summary and write results/<run>/."""
     # the simulator's modules load when a run starts, so `sparksim run --help` stays quick
+    from sparksim.atomic import write_text
     from sparksim.invariants import InvariantError
     from sparksim.metrics import UNFINISHED_SHARE
     from sparksim.runner import (
@@ -97,23 +110,24 @@ def run(
                 sc, base, strict=strict, check=check, inputs=inputs,
                 progress=lambda now: bar.update(task, completed=now, sim=now),
             )
-    for w in caught:
-        err_console.print(f"[yellow]warning:[/] {w.message}", highlight=False)
+    given = list(dict.fromkeys(str(w.message) for w in caught))
     s = result.summary
     arrived = s["steady_requests"] + s["steady_unfinished"]
     if arrived and s["steady_unfinished"] > UNFINISHED_SHARE * arrived:
-        err_console.print(
-            f"[yellow]warning:[/] {s['steady_unfinished']} of {arrived} requests that arrived in the "
-            "steady window were unfinished at the horizon (long requests, or an overloaded system); "
-            "latency figures cover finished requests only and are optimistic: lengthen "
-            "run.cooldown_s or run.duration_s, or lower the load",
-            highlight=False,
-        )
+        given.append(
+            f"{s['steady_unfinished']} of {arrived} requests that arrived in the steady window were "
+            "unfinished at the horizon (long requests, or an overloaded system); latency figures cover "
+            "finished requests only and are optimistic: lengthen run.cooldown_s or run.duration_s, or "
+            "lower the load")
+    for message in given:
+        err_console.print(f"[yellow]warning:[/] {escape(message)}", highlight=False)
     violations = list(result.violations)
     if check:
         violations += check_determinism(sc, base, result, strict)
     target = out or default_out_dir(sc)
     write_results(result, target)
+    # beside the results, for `sparksim report`: what the terminal showed may be long gone
+    write_text(target / "warnings.json", json.dumps(given, indent=1) + "\n")
     console.print(summary_table(result))
     console.print(
         f"{result.num_steps:,} engine steps in {result.wall_s:.1f} s wall "

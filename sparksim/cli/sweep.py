@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from sparksim.cli.common import check_out, console, err_console, friendly_errors
+from sparksim.cli.common import check_out, console, err_console, friendly_errors, print_warnings
 
 EXIT_INTERRUPTED = 130  # what a shell reports for a command stopped by SIGINT
 DEFAULT_VARY = "workload.concurrency=1,2,4,8,16,32,64,128,256"
@@ -41,10 +41,9 @@ def sweep(
         help="sweep folder; finished points are kept in OUT/points/ and reused by a rerun",
     ),
 ) -> None:
-    """Sweep load (or any keys) for several policies; write sweep.parquet/csv and pareto.png.
+    """Sweep load (or any keys) for several policies; write sweep.parquet/csv, pareto.png and report.html.
 
-    Rerunning the same command reuses the points already finished (delete OUT/points/ to
-    simulate them all again); Ctrl-C stops it, keeping them.
+    Rerunning the same command reuses the points already finished (delete OUT/points/ to simulate them all again); Ctrl-C stops it, keeping them.
     """
     check_out(out)
     # the simulator's modules load when a sweep starts, so `sparksim sweep --help` stays quick
@@ -52,6 +51,7 @@ def sweep(
     from sparksim.frontier import overloaded, speedup_at_matched_throughput
     from sparksim.metrics import UNFINISHED_SHARE
     from sparksim.plotting import PLOT_INSTALL
+    from sparksim.report import REPORT_FILE
     from sparksim.runner import load_scenario
     from sparksim.sweep import (
         default_policies,
@@ -59,6 +59,7 @@ def sweep(
         parse_vary,
         resolve_point,
         run_sweep,
+        study_inputs,
         write_sweep,
     )
     from sparksim.sweep_store import PointStore
@@ -98,15 +99,16 @@ def sweep(
                       highlight=False, soft_wrap=True)
     base = baseline or policies[0]
     resolved, _ = resolve_point(scenario_path, set_, points[0])  # for the figure's title
+    refs, scenario_yaml = study_inputs(scenario_path, set_)
     meta = {"scenario": str(scenario) if scenario else "embedded default", "vary": vary,
             "policies": policies, "set": set_, "title": f"{scenario.stem if scenario else 'default'} sweep",
-            "baseline": base, "profile": resolved.profile, "traces": resolved.traces,
-            "workload": resolved.workload.model_dump(mode="json")}
-    write_sweep(out, table, meta)
+            "baseline": base, **refs, "workload": resolved.workload.model_dump(mode="json")}
+    print_warnings(table["warnings"])
+    write_sweep(out, table, meta, scenario=scenario_yaml)
     shown = Table(title=f"matched-throughput speedup of tok/s/user over {base}")
-    shown.add_column("policy")
+    shown.add_column("policy", overflow="fold")  # never cut, in a terminal of any width
     shown.add_column("tput/GPU range")
-    shown.add_column("speedup range", justify="right")
+    shown.add_column("speedup range", justify="right", no_wrap=True)
     hot = overloaded(table)
     kept = table[~hot]  # the same points the figure's speedups use
     for policy in policies:
@@ -126,13 +128,19 @@ def sweep(
         console.print(f"{int(hot.sum())} point(s) left out of the speedups: over "
                       f"{UNFINISHED_SHARE:.0%} of their steady-window requests were unfinished at "
                       "the horizon", highlight=False)
-    plotted = (out / "pareto.png").exists()
-    console.print(f"{len(points)} points → {out}/ (sweep.parquet, sweep.csv{', pareto.png' if plotted else ''})",
-                  highlight=False)
+    plotted, reported = (out / "pareto.png").exists(), (out / REPORT_FILE).exists()
+    made = ["sweep.parquet", "sweep.csv", *(["pareto.png"] if plotted else []), *([REPORT_FILE] if reported else [])]
+    console.print(f"{len(points)} points → {out}/ ({', '.join(made)})", highlight=False, soft_wrap=True)
     if not plotted:
         err_console.print(
             f"[yellow]no pareto.png:[/] matplotlib is not installed; to draw it: {escape(PLOT_INSTALL)}, "
             f"then sparksim plot pareto {escape(str(out))}",
+            highlight=False, soft_wrap=True,
+        )
+    if not reported:
+        err_console.print(
+            f"[yellow]no {REPORT_FILE}:[/] plotly is not installed; to write it: {escape(PLOT_INSTALL)}, "
+            f"then sparksim report {escape(str(out))}",
             highlight=False, soft_wrap=True,
         )
 

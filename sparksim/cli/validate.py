@@ -16,8 +16,7 @@ def validate(
 ) -> None:
     """Check PATH and report every problem found; exit 0 if valid, 1 otherwise.
 
-    A scenario is checked on `sparksim run`'s own loading path, so what `run` would refuse
-    before simulating is a problem here, and what it would warn about is a warning.
+    A scenario is checked on `sparksim run`'s own loading path, so what `run` would refuse before simulating is a problem here, and what it would warn about is a warning.
     """
     from sparksim.validation import validate_path
 

@@ -22,6 +22,7 @@ response that ends (EOS) before position k counts as the token "ended" there.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,6 +82,9 @@ def _plain(conf: NDArray[np.float64]) -> NDArray[np.int64]:
     return np.zeros(conf.shape[0], dtype=np.int64)
 
 
+SPAN_ALPHA = 0.01  # family-wise level of the per-position homogeneity tests (Holm)
+
+
 @dataclass(frozen=True)
 class SpanComparison:
     """Per position k = 1..span: the TV lower bound, its CI, and the homogeneity test."""
@@ -92,11 +96,15 @@ class SpanComparison:
     p_holm: NDArray[np.float64]
 
     def summary(self) -> dict[str, Any]:
+        """The span's figures and its verdict: biased when some position's TV lower bound has
+        a CI above 0 and the homogeneity test rejects after Holm's correction at SPAN_ALPHA."""
         k = int(np.argmax(self.tv_low_bound))
+        above = int((self.ci_low > 0).sum())
+        p_min = float(self.p_holm.min())
         return {"max_tv_lower_bound": float(self.tv_low_bound[k]), "at_position": k + 1,
                 "ci95": [float(self.ci_low[k]), float(self.ci_high[k])],
-                "positions_ci_above_0": int((self.ci_low > 0).sum()),
-                "min_p_holm": float(self.p_holm.min())}
+                "positions_ci_above_0": above, "min_p_holm": p_min,
+                "biased": bool(above > 0 and p_min < SPAN_ALPHA)}
 
 
 def compare(a: NDArray[np.int64], b: NDArray[np.int64], *, seed: int = 0, n_resamples: int = 1000
@@ -152,3 +160,34 @@ def _holm(p: NDArray[np.float64]) -> NDArray[np.float64]:
         running = max(running, min(1.0, (m - rank) * float(p[i])))
         adj[i] = running
     return adj
+
+
+def span_bias(models: LiveModels, contexts: list[list[int]], specs: list[str], profile: Profile, n: int,
+              span: int, *, batch: int, seed: int, temperature: float,
+              progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+    """Compare each policy's `n` continuations of `span` tokens with plain decoding's, per context.
+
+    One row per (context, policy): `SpanComparison.summary()`'s figures and verdict, the CI
+    split into `ci95_low`/`ci95_high`. Bad policy names or parameters fail before any work.
+    """
+    from sparksim.policies import make_policy, parse_policy_spec
+
+    parsed = [parse_policy_spec(spec) for spec in specs]
+    for name, params in parsed:
+        make_policy(name, models.gamma, params)
+    rows = []
+    for c, ctx in enumerate(contexts):
+        if progress is not None:
+            progress(f"context #{c}: plain decoding, {n} continuations of {span} tokens")
+        base = continuations(models, ctx, None, profile, n, span, batch=batch, seed=seed + 7919 * c,
+                             temperature=temperature)
+        for spec, (name, params) in zip(specs, parsed, strict=True):
+            if progress is not None:
+                progress(f"context #{c}: {spec}")
+            pol = make_policy(name, models.gamma, params)
+            got = continuations(models, ctx, pol, profile, n, span, batch=batch, seed=seed + 7919 * c + 1,
+                                temperature=temperature, drafter=None)
+            summ = compare(got, base, seed=seed).summary()
+            rows.append({"context": c, "policy": pol.label(), **{k: v for k, v in summ.items() if k != "ci95"},
+                         "ci95_low": summ["ci95"][0], "ci95_high": summ["ci95"][1]})
+    return rows

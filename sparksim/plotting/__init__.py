@@ -6,7 +6,7 @@ from types import ModuleType
 
 from sparksim.errors import MissingExtraError
 
-PLOT_INSTALL = 'pip install -e ".[plot]"'  # the `plot` extra: matplotlib
+PLOT_INSTALL = 'pip install -e ".[plot]"'  # the `plot` extra: matplotlib, and plotly for report.html
 
 
 def pyplot() -> ModuleType:

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pandas as pd
 
 from sparksim.atomic import atomic_file
@@ -23,6 +24,8 @@ from sparksim.metrics import UNFINISHED_SHARE
 from sparksim.plotting import pyplot
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.axis import Axis
     from matplotlib.figure import Figure
 
 # Matplotlib's tab10 then Dark2: dark enough for thin lines, distinct side by side.
@@ -31,6 +34,12 @@ PALETTE = (
     "#bcbd22", "#17becf", "#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02",
 )
 DEFAULT_TITLE = "Pareto frontier: throughput per GPU against tok/s per user"
+# Where a point's label may sit, in points from the point, tried in order (x, y, ha, va):
+# above right, below right, above left, below left, then further up and down.
+LABEL_PLACES = ((4, 3, "left", "bottom"), (4, -3, "left", "top"), (-4, 3, "right", "bottom"),
+                (-4, -3, "right", "top"), (4, 10, "left", "bottom"), (4, -10, "left", "top"))
+COINCIDENT_PX = 6.0  # points of one series closer than this on screen share one label ("128, 256")
+MARKER_PX = 4.0  # half the side of the square a point's marker is taken to cover
 
 
 def series_labels(table: pd.DataFrame) -> pd.Series:
@@ -142,14 +151,88 @@ def speedup_notes(table: pd.DataFrame, baseline: str | None) -> list[str]:
     return notes
 
 
+def plain_log_ticks(axis: Axis) -> None:
+    """Put a log axis's ticks at 1, 2, 5 × 10^k and write them as plain numbers (1,000, not 10³)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 1 else f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def _place(text: Any, place: tuple[float, float, str, str]) -> None:
+    """Put annotation `text` at `place` (x, y offset in points, horizontal and vertical alignment)."""
+    dx, dy, ha, va = place
+    text.xyann = (dx, dy)
+    text.set_horizontalalignment(ha)
+    text.set_verticalalignment(va)
+
+
+def _is_free(box: Any, frame: Any, taken: Sequence[Any], points: Sequence[Any]) -> bool:
+    """Whether pixel box `box` lies inside `frame` and clear of the boxes `taken` and the `points`."""
+    if box.x0 < frame.x0 or box.x1 > frame.x1 or box.y0 < frame.y0 or box.y1 > frame.y1:
+        return False
+    if any(box.overlaps(other) for other in taken):
+        return False
+    return not any(box.x0 - MARKER_PX < x < box.x1 + MARKER_PX and box.y0 - MARKER_PX < y < box.y1 + MARKER_PX
+                   for x, y in points)
+
+
+def declutter_labels(ax: Axes) -> None:
+    """Place each point label of `ax` where it covers no other label, nor a point if it can help it.
+
+    Labels are taken in the order they were drawn; each takes the first of LABEL_PLACES that
+    stays inside the axes and clear of the labels already placed, trying first to clear
+    every other point's marker too. Points of one series (one colour) that coincide on
+    screen share one label ("128, 256"); a label with no free place is left out rather than
+    drawn over another. Call it once the axes are final (scales, limits, layout): it works
+    in pixels.
+    """
+    from matplotlib.text import Annotation
+
+    fig = ax.get_figure()
+    assert fig is not None
+    fig.canvas.draw()  # lay the figure out: from here on, positions are final pixels
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    frame = ax.get_window_extent(renderer)
+    labels = [t for t in ax.texts if isinstance(t, Annotation)]
+    at = np.array([ax.transData.transform(t.xy) for t in labels]).reshape(-1, 2)  # (labels, 2) pixels
+    kept: list[int] = []  # indices of the labels placed so far
+    boxes: list[Any] = []  # their pixel boxes, in the same order
+    for i, text in enumerate(labels):
+        near = [k for k in kept if labels[k].get_color() == text.get_color()
+                and np.hypot(*(at[k] - at[i])) < COINCIDENT_PX]
+        if near:
+            twin = labels[near[0]]
+            twin.set_text(f"{twin.get_text()}, {text.get_text()}")
+            boxes[kept.index(near[0])] = twin.get_window_extent(renderer)
+            text.remove()
+            continue
+        others = at[np.hypot(*(at - at[i]).T) >= 0.5]
+        options = []
+        for place in LABEL_PLACES:
+            _place(text, place)
+            options.append((place, text.get_window_extent(renderer)))
+        choice = next((place for place, box in options if _is_free(box, frame, boxes, others)), None) or \
+            next((place for place, box in options if _is_free(box, frame, boxes, [])), None)
+        if choice is None:
+            text.remove()  # drawn, it would sit on another label and neither could be read
+            continue
+        _place(text, choice)
+        kept.append(i)
+        boxes.append(text.get_window_extent(renderer))
+
+
 def pareto_figure(table: pd.DataFrame, *, meta: Mapping[str, Any] | None = None,
-                  baseline: str | None = None, title: str = "") -> Figure:
+                  baseline: str | None = None, title: str = "", log: bool = False) -> Figure:
     """Draw every sweep point and each series' frontier; return the figure (not yet saved).
 
     Left, DSpark's Fig. 7: interactivity (tok/s/user) against tput_per_gpu, each point
     labelled with its swept value(s), filled on its series' frontier and hollow when
     dominated; right (when load was swept), DSpark's Fig. 8: the verification budget per
-    request against load. One legend and the speedup notes sit below both panels.
+    request against load. One legend and the speedup notes sit below both panels. `log`
+    draws the frontier panel on log axes (for throughputs spanning decades). The point
+    labels are placed last (`declutter_labels`), so none covers another.
     """
     from matplotlib.lines import Line2D
 
@@ -196,8 +279,10 @@ def pareto_figure(table: pd.DataFrame, *, meta: Mapping[str, Any] | None = None,
         (line,) = ax.plot(front["interactivity"], front["tput_per_gpu"], style, color=color, lw=1.8, label=label)
         handles.append(line)
         for _, row in grp.iterrows():
-            ax.annotate("/".join(_value(row[k]) for k in varied), (row["interactivity"], row["tput_per_gpu"]),
-                        textcoords="offset points", xytext=(4, 3), fontsize=7, color=color)
+            label_text = ax.annotate("/".join(_value(row[k]) for k in varied),
+                                     (row["interactivity"], row["tput_per_gpu"]), textcoords="offset points",
+                                     xytext=(4, 3), fontsize=7, color=color)
+            label_text.set_in_layout(False)  # moved by declutter_labels once the layout is final
         if ax_b is not None and load is not None:
             by_load = grp.sort_values(load)
             ax_b.plot(by_load[load], by_load["verify_budget_per_request"], style + "o", color=color,
@@ -226,11 +311,18 @@ def pareto_figure(table: pd.DataFrame, *, meta: Mapping[str, Any] | None = None,
     if ax_b is not None and load is not None:
         # DSpark Fig. 8: tokens verified per request per step (bonus included) against load
         ax_b.set_xscale("log")
+        plain_log_ticks(ax_b.xaxis)
         ax_b.set_xlabel(load.removeprefix("workload."))
         ax_b.set_ylabel("verification budget per request (tokens/step)")
         ax_b.grid(True, alpha=0.3)
         ax_b.set_title("budget against load", fontsize=10)
+    if log:
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        plain_log_ticks(ax.xaxis)
+        plain_log_ticks(ax.yaxis)
     fig.suptitle(figure_title(meta, varied, title), fontsize=11)
+    declutter_labels(ax)
     return fig
 
 
