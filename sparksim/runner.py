@@ -7,7 +7,7 @@ import json
 import math
 import time
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -301,15 +301,34 @@ def summary_json(summary: dict[str, Any]) -> str:
     return json.dumps(_clean(summary), indent=2, sort_keys=False) + "\n"
 
 
-def write_results(result: RunResult, out: Path) -> Path:
-    """Write a results folder atomically: scenario.yaml, requests/steps parquet, summary.json."""
+def write_results(result: RunResult, out: Path, given: Sequence[str] | None = None) -> Path:
+    """Write a results folder atomically: scenario.yaml, requests/steps parquet, summary.json,
+    and `given` (the run's warnings, `run_warnings`) as warnings.json when it is passed."""
     with atomic_dir(out) as tmp:
         (tmp / "scenario.yaml").write_text(result.scenario.to_yaml())
         result.requests.to_parquet(tmp / "requests.parquet", index=False)
         if result.steps is not None:
             result.steps.to_parquet(tmp / "steps.parquet", index=False)
         (tmp / "summary.json").write_text(summary_json(result.summary))
+        if given is not None:  # for `sparksim report`: what the terminal showed may be long gone
+            (tmp / "warnings.json").write_text(json.dumps(list(given), indent=1) + "\n")
     return out
+
+
+def run_warnings(caught: Iterable[warnings.WarningMessage], summary: dict[str, Any]) -> list[str]:
+    """Return what a run warned of, each message once, then the overload note when over
+    UNFINISHED_SHARE of its steady window's arrivals were unfinished at the horizon."""
+    from sparksim.metrics import UNFINISHED_SHARE
+
+    given = list(dict.fromkeys(str(w.message) for w in caught))
+    arrived = summary["steady_requests"] + summary["steady_unfinished"]
+    if arrived and summary["steady_unfinished"] > UNFINISHED_SHARE * arrived:
+        given.append(
+            f"{summary['steady_unfinished']} of {arrived} requests that arrived in the steady window were "
+            "unfinished at the horizon (long requests, or an overloaded system); latency figures cover "
+            "finished requests only and are optimistic: lengthen run.cooldown_s or run.duration_s, or "
+            "lower the load")
+    return given
 
 
 def default_out_dir(scenario: Scenario) -> Path:

@@ -591,7 +591,9 @@ def test_cli_live_writes_a_results_folder(pair: Pair, tmp_path: Path) -> None:
         "--traces", str(pair.traces), "--out", str(out), "-q",
     ])
     assert result.exit_code == 0, result.output
-    assert {"summary.json", "requests.parquet", "steps.parquet", "scenario.yaml"} <= {p.name for p in out.iterdir()}
+    assert {"summary.json", "requests.parquet", "steps.parquet", "scenario.yaml",
+            "warnings.json"} <= {p.name for p in out.iterdir()}  # warnings.json: what `sparksim report` shows
+    assert isinstance(json.loads((out / "warnings.json").read_text()), list)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["engine"] == "live"
     assert summary["policy_params"] == {"gamma": 1}

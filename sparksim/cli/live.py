@@ -7,9 +7,11 @@ simulator (and the policies' cost model) price steps as this engine pays for the
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from sparksim.cli.common import check_out, console, err_console, friendly_errors
 
@@ -41,7 +43,7 @@ def live(
 
     need_torch()
     from sparksim.live.run import LIVE_SCENARIO, live_simulate
-    from sparksim.runner import load_scenario, write_results
+    from sparksim.runner import load_scenario, run_warnings, write_results
 
     presets = [f"{k}={v}" for k, v in LIVE_SCENARIO.items()]  # what the live engine runs
     sets = [f"profile={profile}", f"traces={traces}"]
@@ -60,9 +62,14 @@ def live(
         if not quiet:
             err_console.print(f"live {now:6.1f}/{sc.run.duration_s:.0f} s · {steps:,} steps", highlight=False)
 
-    result = live_simulate(sc, base, target=target, drafter=drafter, prompts=prompts, threads=threads,
-                           progress=progress)
-    write_results(result, target_out)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = live_simulate(sc, base, target=target, drafter=drafter, prompts=prompts, threads=threads,
+                               progress=progress)
+    given = run_warnings(caught, result.summary)
+    for message in given:
+        err_console.print(f"[yellow]warning:[/] {escape(message)}", highlight=False)
+    write_results(result, target_out, given)
     console.print(summary_table(result))
     console.print(f"{result.num_steps:,} live steps in {result.wall_s:.1f} s → {target_out}", highlight=False)
 

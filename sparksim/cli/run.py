@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -82,14 +81,13 @@ def run(
 ) -> None:
     """Simulate a scenario, print its summary and write results/<run>/."""
     # the simulator's modules load when a run starts, so `sparksim run --help` stays quick
-    from sparksim.atomic import write_text
     from sparksim.invariants import InvariantError
-    from sparksim.metrics import UNFINISHED_SHARE
     from sparksim.runner import (
         check_determinism,
         default_out_dir,
         load_inputs,
         load_scenario,
+        run_warnings,
         simulate,
         write_results,
     )
@@ -110,24 +108,14 @@ def run(
                 sc, base, strict=strict, check=check, inputs=inputs,
                 progress=lambda now: bar.update(task, completed=now, sim=now),
             )
-    given = list(dict.fromkeys(str(w.message) for w in caught))
-    s = result.summary
-    arrived = s["steady_requests"] + s["steady_unfinished"]
-    if arrived and s["steady_unfinished"] > UNFINISHED_SHARE * arrived:
-        given.append(
-            f"{s['steady_unfinished']} of {arrived} requests that arrived in the steady window were "
-            "unfinished at the horizon (long requests, or an overloaded system); latency figures cover "
-            "finished requests only and are optimistic: lengthen run.cooldown_s or run.duration_s, or "
-            "lower the load")
+    given = run_warnings(caught, result.summary)
     for message in given:
         err_console.print(f"[yellow]warning:[/] {escape(message)}", highlight=False)
     violations = list(result.violations)
     if check:
         violations += check_determinism(sc, base, result, strict)
     target = out or default_out_dir(sc)
-    write_results(result, target)
-    # beside the results, for `sparksim report`: what the terminal showed may be long gone
-    write_text(target / "warnings.json", json.dumps(given, indent=1) + "\n")
+    write_results(result, target, given)
     console.print(summary_table(result))
     console.print(
         f"{result.num_steps:,} engine steps in {result.wall_s:.1f} s wall "
