@@ -211,7 +211,10 @@ def test_draft_cost_grows_with_the_positions_drafted(tmp_path: Path) -> None:
     ms = {(d.requests, d.positions): d.timing.median_ms for d in drafts if d.timing is not None}
     for r in (1, 4):
         assert ms[(r, 6)] > ms[(r, 1)], ms
-    assert ms[(4, 6)] > ms[(4, 3)] > ms[(4, 1)], ms
+        # the trend over all six block sizes, not one neighbouring pair: on a shared 2-core VM
+        # two sizes 3 positions apart (0.93 against 0.98 ms) can swap order in one run
+        slope = np.polyfit(np.arange(1, 7), [ms[(r, p)] for p in range(1, 7)], 1)[0]
+        assert slope > 0, ms
     points = fake_grid([4, 16], [32, 64], 4, {1: 1e-3, 4: 1e-3})
     out = write_measured_profile(tmp_path / "p", cfg, points, drafts, "sparksim profile ...")
     table = load_profile(out).drafter("dspark-1")
