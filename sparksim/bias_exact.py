@@ -45,7 +45,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from sparksim.errors import ConfigError
 from sparksim.policies import make_policy, parse_policy_spec
-from sparksim.policies.base import Lengths, Policy, StepBatch
+from sparksim.policies.base import Lengths, Policy, StepBatch, drafted_positions
 from sparksim.policies.static import Static
 from sparksim.pricing import StepCost
 from sparksim.profile import Profile
@@ -198,9 +198,12 @@ class PathDecider:
         r = 1 + self.others.shape[0]
         if self.contexts.shape != (r,):
             raise ConfigError(f"{r} requests but {self.contexts.shape} contexts")
-        self.cost = StepCost.for_decode(self.profile, r, float(self.contexts.sum()),
-                                        self.policy.draft_positions, self.drafter,
-                                        kv_longest=float(self.contexts.max()))
+        # the price the live engine shows its policy for this step (`live.engine.choose_lengths`):
+        # the positions its drafter drafts, and the engine loop's time before the step
+        positions = drafted_positions(self.policy, self.profile, self.drafter, GAMMA)
+        self.cost = StepCost.for_decode(self.profile, r, float(self.contexts.sum()), positions, self.drafter,
+                                        kv_longest=float(self.contexts.max()),
+                                        overhead_s=self.profile.loop_s(True, "decode", r))
         self._memo = {id(self.profile): self.profile}  # copies share the (read-only) profile
         for step, conf in enumerate(self.history):
             self.policy.decide(self._batch(np.asarray(conf, np.float64), step))

@@ -206,10 +206,6 @@ class StepCost:
         """
         return self.fixed_s + self.profile.verify_s(tokens, self.context) + self.extra_s(tokens, longest)
 
-    def step_s_for(self, lengths: NDArray[np.int64]) -> float:
-        """Return the wall seconds of the step verifying `lengths`: `price(lengths).total_s`."""
-        return self.price(lengths).total_s
-
     def sps(self, tokens: ArrayLike, longest: ArrayLike | None = None) -> NDArray[np.float64]:
         """Return steps per second for each total batch size in `tokens`."""
         return 1.0 / self.step_s(tokens, longest)
