@@ -8,8 +8,9 @@ and reading the batch's KV cache, K tokens in all, is a separate memory-bound ke
 attention = K × KV bytes per token / (HBM bandwidth × mem_eff). Prompt chunks add causal
 attention, compute-bound. Drafters are priced by kind (a parallel block, chained MTP
 modules, an autoregressive Eagle head) and drafted positions. Inside the CUDA-graph capture sizes a batch replays the graph of
-the next captured size (a staircase); past the largest one the step runs eagerly and pays
-the launch cost of every kernel (a cliff). docs/profiles.md derives every term.
+the next captured size (a staircase); past the largest one the step runs eagerly, and
+launching its kernels from the CPU overlaps their GPU work: it costs the larger of the two
+(a cliff only where the kernels are shorter than their launches). docs/profiles.md derives every term.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ __all__ = [
     "dense_verify_ms",
     "draft_bytes",
     "draft_flops",
+    "eager_step_ms",
     "get_gpu",
     "graph_draft_ms",
     "graph_verify_ms",
@@ -229,7 +231,7 @@ def collective_ms(hw: HardwareSpec, model: ModelSpec, tokens: ArrayLike, *, dtyp
     if g == 1:
         return np.zeros_like(t)
     lat_ms = hw.collective_latency_us / 1e3
-    per_byte_ms = 1e3 / hw.link_bytes_per_s
+    per_byte_ms = 1e3 / (hw.link_bytes_per_s * hw.link_eff)
     if parallel.mode == "tp":
         one = lat_ms + 2 * (g - 1) / g * t * model.hidden * dtype_bytes * per_byte_ms
         return 2 * model.num_layers * one
@@ -265,7 +267,7 @@ def attention_ms(
     hw: HardwareSpec, model: ModelSpec, kv_tokens: ArrayLike, *, dtype_bytes: int = 2,
     parallel: Parallelism = SINGLE,
 ) -> NDArray[np.float64]:
-    """Return the time in ms to read `kv_tokens` tokens of KV cache (all layers), at mem_eff.
+    """Return the time in ms to read `kv_tokens` tokens of KV cache (all layers), at attn_mem_eff.
 
     The cache is divided over `parallel.kv_split` GPUs (the others hold copies). GQA decode
     and verify attention stay memory-bound: a request verifying 1 + ℓ tokens does (1 + ℓ) ×
@@ -274,7 +276,7 @@ def attention_ms(
     """
     kv = np.asarray(kv_tokens, dtype=np.float64)
     per_gpu = kv / parallel.kv_split(model)
-    return per_gpu * model.kv_bytes_per_token * dtype_bytes / (hw.mem_bytes_per_s * hw.mem_eff) * 1e3
+    return per_gpu * model.kv_bytes_per_token * dtype_bytes / (hw.mem_bytes_per_s * hw.attn_mem_eff) * 1e3
 
 
 def attention_compute_coef_ms(hw: HardwareSpec, model: ModelSpec, *, dtype_bytes: int = 2,
@@ -284,7 +286,7 @@ def attention_compute_coef_ms(hw: HardwareSpec, model: ModelSpec, *, dtype_bytes
     The engine prices a step's attention as max(KV read, this × Σ queries × context).
     """
     return model.attention_flops_per_pair / parallel.gpus / (
-        hw.peak_for(dtype_bytes) * hw.compute_eff) * 1e3
+        hw.peak_for(dtype_bytes) * hw.attn_compute_eff) * 1e3
 
 
 def prefill_attention_coef_ms(hw: HardwareSpec, model: ModelSpec, *, dtype_bytes: int = 2,
@@ -292,10 +294,10 @@ def prefill_attention_coef_ms(hw: HardwareSpec, model: ModelSpec, *, dtype_bytes
     """Return ms per token² of causal prefill attention: a chunk of q after p costs coef·((p+q)²−p²).
 
     QKᵀ and PV over the causal pairs, q·p + q²/2 of them, at the model's attention FLOPs per
-    pair, compute-bound at compute_eff (FlashAttention on long prompts), split over the GPUs.
+    pair, compute-bound at attn_compute_eff (FlashAttention on long prompts), split over the GPUs.
     """
     return model.attention_flops_per_pair / 2.0 / parallel.gpus / (
-        hw.peak_for(dtype_bytes) * hw.compute_eff) * 1e3
+        hw.peak_for(dtype_bytes) * hw.attn_compute_eff) * 1e3
 
 
 def roofline_verify_ms(
@@ -336,13 +338,32 @@ def graph_verify_ms(
     """Return the target step time in ms as a CUDA-graph engine runs it: staircase, then cliff.
 
     A batch inside the captured range replays the next captured size's graph, so every
-    term is evaluated at the padded size; a batch past it runs eagerly and adds the
-    launch cost of every layer's kernels. `context=0` gives the dense part alone.
+    term is evaluated at the padded size; a batch past it runs eagerly, its kernels'
+    launches overlapping their GPU work (`eager_step_ms`): the step costs its fixed
+    overhead plus the larger of the GPU time and the dispatch time of every layer's
+    kernels. `context=0` gives the dense part alone.
     """
     padded, eager = pad_to_capture(tokens, capture_sizes)
     base = roofline_verify_ms(hw, model, padded, context, dtype_bytes=dtype_bytes,
                               tokens_per_request=tokens_per_request, parallel=parallel)
-    return base + np.where(eager, hw.eager_overhead_ms(model.num_layers), 0.0)
+    gpu = base - hw.step_overhead_ms  # the kernels' time; the step's fixed CPU cost stays serial
+    return hw.step_overhead_ms + np.where(
+        eager, eager_step_ms(gpu, hw.eager_overhead_ms(model.num_layers)), gpu)
+
+
+def eager_step_ms(gpu_ms: ArrayLike, dispatch_ms: ArrayLike) -> NDArray[np.float64]:
+    """Return the time of an eager forward pass whose kernels take `gpu_ms` on the GPU and
+    `dispatch_ms` to launch from the CPU: the larger of the two.
+
+    Launches are asynchronous: the CPU queues kernel i+1 while the GPU runs kernel i, so a
+    pass is bound by whichever side is slower in total, the GPU's work (long kernels: the
+    launch queue runs ahead and its cost hides) or the CPU's dispatch (short kernels: the
+    GPU idles between launches). The exact time of kernels g_1..g_n launched every `l` is
+    max over k of (k·l + g_k + … + g_n), between max(Σg, n·l) and max(Σg, n·l) + max g;
+    this takes the lower end, exact when no single kernel dominates. CUDA graphs replace
+    the launches by one replay, so graph steps pay no dispatch.
+    """
+    return np.maximum(np.asarray(gpu_ms, dtype=np.float64), np.asarray(dispatch_ms, dtype=np.float64))
 
 
 # --------------------------------------------------------------------------- drafter
@@ -573,7 +594,7 @@ def draft_kv_ms_per_token(hw: HardwareSpec, model: ModelSpec, drafter: DrafterSh
     if drafter.window:
         return 0.0
     kv = _drafter_kv_elems(model, drafter) / parallel.kv_split(model)
-    return kv * dtype_bytes / (hw.mem_bytes_per_s * hw.mem_eff) * 1e3
+    return kv * dtype_bytes / (hw.mem_bytes_per_s * hw.attn_mem_eff) * 1e3
 
 
 def graph_draft_ms(
@@ -601,11 +622,12 @@ def graph_draft_ms(
         padded, eager = pad_to_capture(r, capture_sizes)
         per_pass = roofline_draft_ms(hw, model, padded, drafter=d, positions=1, context=context,
                                      dtype_bytes=dtype_bytes, parallel=parallel)
-        return p * (per_pass + np.where(eager, hw.eager_overhead_ms(d.num_layers), 0.0))
+        dispatch = hw.eager_overhead_ms(d.num_layers)
+        return p * np.where(eager, eager_step_ms(per_pass, dispatch), per_pass)
     padded, eager = pad_to_capture(r * p, capture_sizes)
     base = roofline_draft_ms(hw, model, padded / p, drafter=d, positions=p, context=context,
                              dtype_bytes=dtype_bytes, parallel=parallel)
-    return base + np.where(eager, hw.eager_overhead_ms(d.num_layers), 0.0)
+    return np.where(eager, eager_step_ms(base, hw.eager_overhead_ms(d.num_layers)), base)
 
 
 # --------------------------------------------------------------------------- profile tables
@@ -742,14 +764,18 @@ def _card(
                 hw, model, dtype_bytes=dtype_bytes, parallel=parallel),
             "attention_ms_per_query_kv_token": attention_compute_coef_ms(
                 hw, model, dtype_bytes=dtype_bytes, parallel=parallel),
-            "dense": "verify.csv: max(bytes/(mem_bytes_per_s*mem_eff), flops/(peak*compute_eff))*1e3 "
-                     "+ step_overhead_ms [+ kernels_per_layer*layers*launch_us/1e3 past the largest "
-                     "capture]; bytes = dtype*matmul_params + tokens*(kv_elems*dtype + act_bytes); "
+            "dense": "verify.csv: step_overhead_ms + gpu, gpu = max(bytes/(mem_bytes_per_s*mem_eff), "
+                     "flops/(peak*compute_eff))*1e3 + collectives; past the largest capture "
+                     "step_overhead_ms + max(gpu, kernels_per_layer*layers*launch_us/1e3); "
+                     "bytes = dtype*matmul_params + tokens*(kv_elems*dtype + act_bytes); "
                      "flops = 2*matmul_params*tokens",
-            "attention": "attention.csv: kv_tokens*kv_elems*dtype/(mem_bytes_per_s*mem_eff)*1e3 "
+            "eager_dispatch": "overlapped: an eager step's CPU kernel launches run ahead of its GPU "
+                              "work, so it costs the larger of the two (sparksim.roofline."
+                              "eager_step_ms); CUDA-graph steps pay no dispatch",
+            "attention": "attention.csv: kv_tokens*kv_elems*dtype/(mem_bytes_per_s*attn_mem_eff)*1e3 "
                          "(memory-bound: see sparksim.roofline.attention_ms)",
             "prefill_attention": "coef*((prefix+chunk)^2 - prefix^2), coef = 2*layers*heads*"
-                                 "head_dim/(peak*compute_eff)*1e3 (causal pairs, compute-bound)",
+                                 "head_dim/(peak*attn_compute_eff)*1e3 (causal pairs, compute-bound)",
         },
         "memory": {  # per replica: all its GPUs
             "hbm_bytes": hw.hbm_bytes * g,
@@ -785,8 +811,9 @@ def _card(
         },
         "caveats": (
             "Not a measurement. Dense work and KV reads are priced as separate kernels (their "
-            "times add); drafters attend to a fixed context (drafters.*.context). Eager launch "
-            "cost is added in full (no CPU/GPU overlap), an upper bound on the cliff."
+            "times add); drafters attend to a fixed context (drafters.*.context). An eager "
+            "step's dispatch overlaps only its dense work in verify.csv (its KV read, added by "
+            "the engine, would hide more: an upper bound where dispatch exceeds the dense work)."
         ),
     }
 
@@ -830,7 +857,9 @@ def analytic_profile(
                      *((f"{d.name} layers", d.num_layers) for d in ds)):
         if val < 1:
             raise ConfigError(f"{key}={val} must be >= 1")
-    for key, fval in (("compute_eff", hw.compute_eff), ("mem_eff", hw.mem_eff)):
+    for key, fval in (("compute_eff", hw.compute_eff), ("mem_eff", hw.mem_eff),
+                      ("attn_compute_eff", hw.attn_compute_eff), ("attn_mem_eff", hw.attn_mem_eff),
+                      ("link_eff", hw.link_eff)):
         if not 0 < fval <= 1:
             raise ConfigError(f"{key}={fval} must be in (0, 1]")
     for key, fval in (("step_overhead_ms", hw.step_overhead_ms), ("launch_us", hw.launch_us),

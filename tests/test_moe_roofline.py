@@ -87,7 +87,7 @@ def test_tensor_parallel_divides_bytes_and_pays_two_all_reduces_per_layer() -> N
     np.testing.assert_allclose(two, one / 2, rtol=1e-12)  # 8 KV heads split over 2 GPUs
     per = 2 * QWEN.num_layers
     want = per * (H100.collective_latency_us / 1e3
-                  + 2 * (2 - 1) / 2 * t * QWEN.hidden * 2 / H100.link_bytes_per_s * 1e3)
+                  + 2 * (2 - 1) / 2 * t * QWEN.hidden * 2 / (H100.link_bytes_per_s * H100.link_eff) * 1e3)
     np.testing.assert_allclose(collective_ms(H100, QWEN, t, parallel=tp2), want, rtol=1e-12)
     assert np.all(collective_ms(H100, QWEN, t) == 0)  # one GPU: no collectives
     np.testing.assert_allclose(attention_ms(H100, QWEN, 1e6, parallel=tp2),
@@ -116,7 +116,7 @@ def test_expert_parallel_keeps_dense_parts_on_every_gpu_and_splits_experts() -> 
     assert got == pytest.approx((weights - routed) + routed / 8 + acts_kv)
     a2a = collective_ms(H200, DSV3, t, dtype_bytes=1, parallel=dp8)
     want = 2 * DSV3.moe_layers * (H200.collective_latency_us / 1e3 + (t / 8) * 8 * DSV3.hidden * 1
-                                  * 7 / 8 / H200.link_bytes_per_s * 1e3)
+                                  * 7 / 8 / (H200.link_bytes_per_s * H200.link_eff) * 1e3)
     np.testing.assert_allclose(a2a, want, rtol=1e-12)
 
 

@@ -434,7 +434,7 @@ def test_card_states_the_roofline_error_per_decade_of_batch(tmp_path: Path) -> N
     peaks = MeasuredPeaks(matmul_flops_per_s=1e11, copy_bytes_per_s=1e10, matmul_size=64,
                           copy_bytes=1 << 20)
     hw = HardwareSpec("x", peak_flops=1e11, mem_bytes_per_s=1e10, compute_eff=1.0, mem_eff=1.0,
-                      step_overhead_ms=0.0)
+                      attn_compute_eff=1.0, attn_mem_eff=1.0, step_overhead_ms=0.0)
     # Fake measurements exactly twice the roofline, except B = 12 at three times.
     points = []
     for c in cfg.contexts:

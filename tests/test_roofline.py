@@ -31,6 +31,7 @@ from sparksim.roofline import (
     attention_ms,
     default_capture_sizes,
     dense_verify_ms,
+    eager_step_ms,
     graph_draft_ms,
     graph_verify_ms,
     prefill_attention_coef_ms,
@@ -88,7 +89,7 @@ def test_reading_the_kv_cache_adds_to_a_compute_bound_step() -> None:
     """Attention kernels run after the GEMMs, so their KV read adds to the step, never hides under it."""
     kv = 256 * 1024
     whole = roofline_verify_ms(H100, QWEN, 4096, 1024, tokens_per_request=16)  # 256 requests
-    read_ms = kv * KV_ELEMS_PER_TOKEN * 2 / (H100.mem_bytes_per_s * H100.mem_eff) * 1e3
+    read_ms = kv * KV_ELEMS_PER_TOKEN * 2 / (H100.mem_bytes_per_s * H100.attn_mem_eff) * 1e3
     assert float(attention_ms(H100, QWEN, kv)) == pytest.approx(read_ms, rel=1e-12)
     assert float(whole) == pytest.approx(float(dense_verify_ms(H100, QWEN, 4096)) + read_ms, rel=1e-12)
 
@@ -97,7 +98,7 @@ def test_prefill_attention_is_quadratic_in_the_prompt_at_the_compute_peak() -> N
     """A q-token prompt has q²/2 causal pairs, 4·L·H·d FLOPs each: long prompts pay quadratically."""
     coef = prefill_attention_coef_ms(H100, QWEN)
     pairs = 2048**2 / 2
-    want = pairs * 4 * L * HEADS * HEAD_DIM / (H100.peak_flops * H100.compute_eff) * 1e3
+    want = pairs * 4 * L * HEADS * HEAD_DIM / (H100.peak_flops * H100.attn_compute_eff) * 1e3
     assert coef * 2048**2 == pytest.approx(want, rel=1e-12)
 
 
@@ -108,7 +109,7 @@ def test_kv_cache_read_adds_cost_per_request_and_context_token() -> None:
                                     tokens_per_request=tokens_per_request)
         return float(hi - lo)
 
-    per_request_ms = 1024 * KV_ELEMS_PER_TOKEN * 2 / (H100.mem_bytes_per_s * H100.mem_eff) * 1e3
+    per_request_ms = 1024 * KV_ELEMS_PER_TOKEN * 2 / (H100.mem_bytes_per_s * H100.attn_mem_eff) * 1e3
     assert extra_ms(8, 8) == pytest.approx(per_request_ms, rel=1e-9)  # R = 1
     assert extra_ms(9, 8) == pytest.approx(2 * per_request_ms, rel=1e-9)  # R = ceil(9/8) = 2
     assert extra_ms(8, 1) == pytest.approx(8 * per_request_ms, rel=1e-9)  # R = 8
@@ -123,17 +124,31 @@ def test_graph_padding_makes_cost_a_staircase_between_captured_sizes() -> None:
     assert got[8] > got[7]
 
 
-def test_leaving_the_captured_range_is_a_cliff() -> None:
-    """Past the last graph the step runs eagerly and pays every kernel launch: a jump, not a slope."""
+def test_an_eager_pass_costs_the_larger_of_its_gpu_work_and_its_dispatch() -> None:
+    """Launches run ahead of the GPU: short kernels are launch-bound, long ones GPU-bound."""
+    assert eager_step_ms(3.0, 4.32) == 4.32  # GPU idles between launches: dispatch decides
+    assert eager_step_ms(9.0, 4.32) == 9.0  # launches hide behind long kernels
+    np.testing.assert_array_equal(eager_step_ms([1.0, 5.0], [2.0, 2.0]), [2.0, 5.0])
+
+
+def test_past_the_captured_range_a_short_step_pays_its_dispatch_and_a_long_one_does_not() -> None:
+    """Past the last graph the step runs eagerly: a cliff where its kernels are shorter than
+    their launches (no graphs, one token), none where the GPU work outlasts them."""
     sizes = default_capture_sizes()
-    eager_ms = H100.kernels_per_layer * L * H100.launch_us / 1e3
-    before, after = graph_verify_ms(H100, QWEN, [512, 513], 1024, capture_sizes=sizes)
-    smooth = np.diff(roofline_verify_ms(H100, QWEN, [512, 513], 1024))[0]
-    assert smooth < 0.1
-    assert after - before == pytest.approx(eager_ms + smooth, rel=1e-9)
-    # no graphs at all: every batch pays the launches
-    no_graphs = graph_verify_ms(H100, QWEN, [1, 64], 1024, capture_sizes=[])
-    np.testing.assert_allclose(no_graphs - roofline_verify_ms(H100, QWEN, [1, 64], 1024), eager_ms)
+    dispatch = H100.kernels_per_layer * L * H100.launch_us / 1e3
+    over = H100.step_overhead_ms
+    # one token, no graphs: Qwen3-8B's 16 GB weight read (~6 ms) outlasts 4.32 ms of launches
+    gpu_1 = roofline_verify_ms(H100, QWEN, [1, 513], 1024) - over
+    assert gpu_1[0] > dispatch
+    no_graphs = graph_verify_ms(H100, QWEN, [1, 513], 1024, capture_sizes=[])
+    np.testing.assert_allclose(no_graphs, over + gpu_1)
+    # a slow CPU (100 µs a launch): dispatch outlasts the GPU, and the step costs the dispatch
+    slow = dataclasses.replace(H100, launch_us=100.0)
+    slow_dispatch = slow.kernels_per_layer * L * 100.0 / 1e3
+    assert slow_dispatch > gpu_1.max()
+    before, after = graph_verify_ms(slow, QWEN, [512, 513], 1024, capture_sizes=sizes)
+    assert before == pytest.approx(over + roofline_verify_ms(H100, QWEN, 512, 1024) - over)
+    assert after == pytest.approx(over + slow_dispatch, rel=1e-12)  # the cliff: launch-bound
 
 
 def test_default_capture_sizes_follow_vllm() -> None:
@@ -153,7 +168,7 @@ def test_the_drafter_pays_its_layers_and_the_shared_lm_head_by_request_count() -
     weights_ms = weights / (H100.mem_bytes_per_s * H100.mem_eff) * 1e3
     assert weights_ms <= one <= 1.3 * weights_ms
     # compute-bound: each request runs γ positions through the layers and the LM head
-    t1, t2 = roofline_draft_ms(H100, QWEN, [4096, 8192], drafter=drafter)
+    t1, t2 = roofline_draft_ms(H100, QWEN, [4096, 8192], drafter=drafter, context=0)  # no KV to read
     per_request = 2 * drafter.gamma * (drafter.num_layers * LAYER_PARAMS + VOCAB * HIDDEN)
     floor_ms = per_request / (H100.peak_flops * H100.compute_eff) * 1e3
     assert floor_ms <= (t2 - t1) / 4096 <= 1.25 * floor_ms
@@ -161,7 +176,12 @@ def test_the_drafter_pays_its_layers_and_the_shared_lm_head_by_request_count() -
     sizes = default_capture_sizes()
     costs = graph_draft_ms(H100, QWEN, np.arange(1, 200), capture_sizes=sizes, drafter=drafter)
     assert np.all(np.diff(costs) >= 0)
-    assert costs[73] - costs[72] >= H100.kernels_per_layer * drafter.num_layers * H100.launch_us / 1e3
+    # eager at 74: its 4 ms of GPU work outlasts 5 layers' 3 ms of launches, which hide
+    assert costs[73] > H100.kernels_per_layer * drafter.num_layers * H100.launch_us / 1e3
+    assert costs[73] == pytest.approx(float(roofline_draft_ms(H100, QWEN, 74, drafter=drafter)))
+    slow = dataclasses.replace(H100, launch_us=100.0)  # a slow CPU: the eager pass is launch-bound
+    slow_costs = graph_draft_ms(slow, QWEN, [73, 74], capture_sizes=sizes, drafter=drafter)
+    assert slow_costs[1] == pytest.approx(slow.kernels_per_layer * drafter.num_layers * 100.0 / 1e3)
 
 
 def test_analytic_profile_lists_every_captured_size_then_the_cliff_then_a_ladder(
@@ -191,7 +211,7 @@ def test_analytic_profile_lists_every_captured_size_then_the_cliff_then_a_ladder
         prof = load_profile(write_profile(tmp_path / "a", verify, card, extra=extra))
     assert prof.captured_sizes == sizes and prof.kv_model == "per-request"
     ms = prof.verify_s([121, 128, 512, 513]) * 1e3
-    assert ms[0] == ms[1] and ms[3] - ms[2] > H100.eager_overhead_ms(L)
+    assert ms[0] == ms[1] and 0 < ms[3] - ms[2] < 0.1  # eager at 513: the launches hide behind the GEMMs
     assert prof.default_drafter == "dspark-5" and prof.drafter("mtp-1").kind == "mtp"
 
 

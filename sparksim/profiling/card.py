@@ -140,6 +140,9 @@ def build_card(
                   f"{' + CUDA graphs' if cfg.graphs else ''}; scaled_dot_product_attention with GQA "
                   "folded into the query length and a causal mask; flattened variable-length "
                   "batch over a preallocated KV cache written in place)",
+        "eager_dispatch": "measured: each step is timed as it runs, between two synchronisations, "
+                          "so an eager step's CPU kernel launches overlap its GPU work as in an "
+                          "engine's forward pass" + ("; graph replays pay no dispatch" if cfg.graphs else ""),
         "tokens_per_request": cfg.tokens_per_request,
         "convention": "grid.csv: a row (tokens T, context C) times one verification step of "
                       "R = ceil(T / tokens_per_request) requests, each with its share of the T new "
@@ -303,7 +306,8 @@ def _analytic_error(
     hw = HardwareSpec(
         name=f"{device_info(cfg.device)['name']} (measured peaks)",
         peak_flops=peaks.matmul_flops_per_s, mem_bytes_per_s=peaks.copy_bytes_per_s,
-        compute_eff=1.0, mem_eff=1.0, step_overhead_ms=0.0, source=peaks.describe(),
+        compute_eff=1.0, mem_eff=1.0, attn_compute_eff=1.0, attn_mem_eff=1.0,
+        step_overhead_ms=0.0, source=peaks.describe(),
     )
     measured = pd.DataFrame(
         [{"tokens": p.run_tokens, "context": p.context, "step_ms": p.timing.median_ms}

@@ -1,0 +1,132 @@
+"""The analytic profile's options: build one from `sparksim profile analytic`'s options, or
+from the command a card records.
+
+`profile analytic` and `profile calibrate` share this: a calibrated profile is its base
+profile remade by the base card's own command with the fitted hardware parameters.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from sparksim.errors import ConfigError
+from sparksim.hardware import get_gpu
+from sparksim.models import load_model_spec
+from sparksim.roofline import Parallelism, analytic_profile, default_capture_sizes, drafter_presets
+
+# every option of `sparksim profile analytic`, by parameter name, with its default and type
+OPTION_DEFAULTS: dict[str, Any] = {
+    "gpu": "h100", "model": "qwen3-8b", "dtype": "bf16", "out": None,
+    "compute_eff": None, "mem_eff": None, "attn_compute_eff": None, "attn_mem_eff": None,
+    "link_eff": None, "step_overhead_ms": None, "launch_us": None, "kernels_per_layer": None,
+    "capture_sizes": "vllm", "max_capture_size": 512, "max_tokens": 8192, "drafters": "",
+    "gpus": 1, "parallel": "tp", "gamma": None, "draft_layers": 5, "draft_context": 0,
+    "max_requests": 1024,
+}
+_INT_OPTIONS = {"kernels_per_layer", "max_capture_size", "max_tokens", "gpus", "gamma",
+                "draft_layers", "draft_context", "max_requests"}
+_FLOAT_OPTIONS = {"compute_eff", "mem_eff", "attn_compute_eff", "attn_mem_eff", "link_eff",
+                  "step_overhead_ms", "launch_us"}
+# the HardwareSpec fields `profile analytic` takes as options (None: the preset's)
+HW_OPTIONS = ("compute_eff", "mem_eff", "attn_compute_eff", "attn_mem_eff", "link_eff",
+              "step_overhead_ms", "launch_us", "kernels_per_layer")
+
+
+def _ints(text: str, flag: str) -> list[int]:
+    try:
+        return [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ConfigError(f"{flag}={text!r}: expected integers like 1024,4096") from None
+
+
+def _capture_sizes(text: str, max_size: int) -> list[int]:
+    """Parse `--capture-sizes`: 'vllm' (vLLM's default up to `max_size`), 'none', or a comma list."""
+    key = text.strip().lower()
+    if key == "vllm":
+        return list(default_capture_sizes(max_size))
+    if key in ("none", ""):
+        return []
+    return _ints(text, "--capture-sizes")
+
+
+def build_analytic(opts: dict[str, Any]) -> tuple[pd.DataFrame, dict[str, pd.DataFrame], dict[str, Any], Path]:
+    """Make an analytic profile's tables and card from `sparksim profile analytic`'s options
+    (every one, by parameter name), and the folder it goes to; `profile calibrate` remakes
+    a base profile this way from its card's command, with fitted parameters."""
+    gpu, model, dtype, out = opts["gpu"], opts["model"], opts["dtype"], opts["out"]
+    capture_sizes, max_capture_size, max_tokens = opts["capture_sizes"], opts["max_capture_size"], opts["max_tokens"]
+    drafters, gpus, parallel, gamma = opts["drafters"], opts["gpus"], opts["parallel"], opts["gamma"]
+    draft_layers, draft_context, max_requests = opts["draft_layers"], opts["draft_context"], opts["max_requests"]
+    preset = get_gpu(gpu)
+    overrides = {key: opts[key] for key in HW_OPTIONS if opts.get(key) is not None}
+    hw = dataclasses.replace(preset, **overrides)
+    spec = load_model_spec(model)
+    sizes = _capture_sizes(capture_sizes, max_capture_size)
+    presets = drafter_presets(spec)
+    names = ([] if drafters.strip().lower() == "none"
+             else [n.strip() for n in drafters.split(",") if n.strip()] or list(presets))
+    unknown = [n for n in names if n not in presets]
+    if unknown:
+        raise ConfigError(f"--drafters {drafters!r}: expected names from {sorted(presets)}")
+    shapes = [dataclasses.replace(
+        presets[n], gamma=gamma if gamma is not None else presets[n].gamma,
+        num_layers=draft_layers if presets[n].kind == "block" and not presets[n].moe
+        else presets[n].num_layers)
+        for n in names]
+    gpu_tag = gpu.lower() if gpus == 1 else f"{gpu.lower()}x{gpus}"
+    target = out if out is not None else Path("profiles") / f"{gpu_tag}-{spec.name}-analytic"
+    # Every knob spelled out, so the card's command remakes the profile even if defaults move.
+    argv = [
+        "sparksim", "profile", "analytic", "--gpu", gpu.lower(), "--model", model,
+        "--dtype", dtype, "--out", str(target),
+        "--compute-eff", f"{hw.compute_eff:g}", "--mem-eff", f"{hw.mem_eff:g}",
+        "--attn-compute-eff", f"{hw.attn_compute_eff:g}", "--attn-mem-eff", f"{hw.attn_mem_eff:g}",
+        "--link-eff", f"{hw.link_eff:g}",
+        "--step-overhead-ms", f"{hw.step_overhead_ms:g}", "--launch-us", f"{hw.launch_us:g}",
+        "--kernels-per-layer", str(hw.kernels_per_layer),
+        "--capture-sizes", capture_sizes, "--max-capture-size", str(max_capture_size),
+        "--max-tokens", str(max_tokens), "--drafters", ",".join(names) or "none",
+        *(["--gamma", str(gamma)] if gamma is not None else []),
+        "--gpus", str(gpus), "--parallel", parallel,
+        "--draft-layers", str(draft_layers), "--draft-context", str(draft_context),
+        "--max-requests", str(max_requests),
+    ]
+    verify, extra, card = analytic_profile(
+        hw, spec, dtype=dtype, capture_sizes=sizes, max_tokens=max_tokens, drafters=shapes,
+        draft_context=draft_context, max_requests=max_requests, command=shlex.join(argv),
+        parallel=Parallelism(gpus, parallel),
+    )
+    card = {**{k: card.pop(k) for k in ("source", "hardware")}, "gpu": gpu.lower(), **card}
+    return verify, extra, card, target
+
+
+
+
+def options_from_command(command: str) -> dict[str, Any]:
+    """Parse a card's `sparksim profile analytic ...` command back into its options."""
+    argv = shlex.split(command)
+    if argv[:3] != ["sparksim", "profile", "analytic"]:
+        raise ConfigError(f"the card's command {command!r} is not `sparksim profile analytic ...`: "
+                          "only an analytic profile can be remade with other parameters")
+    opts = dict(OPTION_DEFAULTS)
+    rest = argv[3:]
+    if len(rest) % 2:
+        raise ConfigError(f"the card's command {command!r}: every option needs a value")
+    for flag, text in zip(rest[::2], rest[1::2], strict=True):
+        name = flag.removeprefix("--").replace("-", "_")
+        if not flag.startswith("--") or name not in OPTION_DEFAULTS:
+            raise ConfigError(f"the card's command {command!r}: unknown option {flag!r}")
+        value: Any = text
+        if name in _INT_OPTIONS:
+            value = int(text)
+        elif name in _FLOAT_OPTIONS:
+            value = float(text)
+        elif name == "out":
+            value = Path(text)
+        opts[name] = value
+    return opts
