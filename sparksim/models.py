@@ -293,6 +293,9 @@ PRESETS: dict[str, ModelSpec] = {
                   "huggingface.co/Qwen/Qwen3-14B config.json"),
         ModelSpec("llama-3.1-8b", 32, 4096, 32, 8, 128, 14336, 128256, 131072, False,
                   "huggingface.co/meta-llama/Llama-3.1-8B config.json"),
+        ModelSpec("llama-2-7b", 32, 4096, 32, 32, 128, 11008, 32000, 4096, False,
+                  "huggingface.co/meta-llama/Llama-2-7b-hf config.json (multi-head attention: "
+                  "num_key_value_heads 32)"),
         # Small enough to profile on a laptop CPU in minutes; same family shape as Qwen3.
         ModelSpec("cpu-demo", 4, 512, 8, 2, 64, 1536, 32000, 8192, True,
                   "sparksim built-in (for CPU profiling)"),

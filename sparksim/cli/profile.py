@@ -13,6 +13,7 @@ import typer
 
 from sparksim.cli.common import console, err_console, friendly_errors
 from sparksim.cli.profile_analytic import analytic
+from sparksim.cli.profile_calibrate import calibrate
 from sparksim.errors import ConfigError
 
 app = typer.Typer(
@@ -22,6 +23,7 @@ app = typer.Typer(
     invoke_without_command=True,
 )
 app.command("analytic")(analytic)
+app.command("calibrate")(calibrate)
 
 
 @app.command("fitted")
