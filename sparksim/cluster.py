@@ -10,6 +10,7 @@ chunked into the replica's steps.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
 from collections import deque
@@ -21,8 +22,9 @@ import numpy as np
 import simpy
 
 from sparksim.config import Scenario, resolve_path
-from sparksim.engine import Engine, Request
+from sparksim.engine import Engine, Request, kv_capacity_tokens
 from sparksim.policies import make_policy
+from sparksim.prefix_cache import PrefixCache
 from sparksim.profile import Profile
 from sparksim.records import REQUEST_COLUMNS, STEP_COLUMNS, Columns, RequestRecord, StreamStats
 from sparksim.traces.format import TraceSet
@@ -32,6 +34,7 @@ from sparksim.workload import (
     interarrival_s,
     load_arrivals,
     lognormal_length,
+    prefix_of,
     seed_streams,
 )
 
@@ -55,6 +58,7 @@ class Cluster:
         self.base_dir = base_dir
         streams = seed_streams(scenario.seed, scenario.workload)
         self.rng_workload, self.rng_users = streams.workload, streams.users
+        self.rng_prefix, self.rng_prefix_users = streams.prefix, streams.prefix_users
         rng_traces = streams.traces
         self.sampler = DomainSampler(traces, scenario.workload.mix)
         run = scenario.run
@@ -73,7 +77,17 @@ class Cluster:
             for i in range(scenario.cluster.replicas)
         ]
         self._prefill_queue: deque[Request] = deque()
-        self._prefill_idle = scenario.cluster.prefill.instances  # instances with nothing to do
+        pf = scenario.cluster.prefill
+        self._prefill_idle = list(range(pf.instances))  # instances with nothing to do
+        pc = scenario.cluster.prefix_cache
+        self.caching = pc.enabled
+        # prefix caching happens where prompts are prefilled: in the engines (colocated) or
+        # on each instance of the prefill pool (disaggregated), in the KV space it leaves free
+        self.pool_caches = (
+            [PrefixCache(pc.block_tokens) for _ in range(pf.instances)]
+            if pc.enabled and pf.mode == "disaggregated" else None)
+        self._pool_capacity = (kv_capacity_tokens(scenario, self.prefill_profile) or 1 << 62
+                               if self.pool_caches is not None else 0)
         self.prefill_batches = 0
         self.next_id = 0
         self.rr_next = 0
@@ -96,8 +110,10 @@ class Cluster:
     # ------------------------------------------------------------------ requests
 
     def new_request(self, at: float, user: int = -1, prompt: int | None = None,
-                    output: int | None = None, domain: int | None = None) -> Request:
-        """Draw a request arriving at `at` (lengths and domain from the workload unless given)."""
+                    output: int | None = None, domain: int | None = None,
+                    prefix: tuple[int, int] | None = None) -> Request:
+        """Draw a request arriving at `at` (lengths, domain and, when prefixes are cached, its
+        prefix group (group, shared tokens) from the workload unless given)."""
         wl = self.scenario.workload
         rng = self.rng_users[user] if user >= 0 else self.rng_workload
         if domain is None:
@@ -115,6 +131,12 @@ class Cluster:
                 output = lognormal_length(rng, wl.lengths.output)
         spec = RequestSpec(self.next_id, at, max(int(prompt), 1), max(int(output), 1), dom,
                            trace_req, user)
+        if self.caching:
+            if prefix is None and wl.kind != "replay":
+                prefix = prefix_of(self.rng_prefix_users[user] if user >= 0 else self.rng_prefix,
+                                   wl.prefix, spec.prompt_tokens)
+            if prefix is not None:
+                spec.prefix_group, spec.prefix_tokens = prefix
         self.next_id += 1
         start = int(self.traces.offsets[trace_req])
         req = Request(
@@ -156,6 +178,9 @@ class Cluster:
         the first prompt that does not fit, as DistServe's and vLLM's prefill schedulers do.
         One timed callback per batch, no SimPy process per request.
         """
+        if self.pool_caches is not None:
+            self._start_cached_prefill_batches()
+            return
         budget = self.scenario.cluster.prefill.max_batch_tokens
         queue = self._prefill_queue
         while self._prefill_idle and queue:
@@ -164,14 +189,63 @@ class Cluster:
             while queue and queue[0].spec.prompt_tokens <= left:
                 left -= queue[0].spec.prompt_tokens
                 batch.append(queue.popleft())
-            self._prefill_idle -= 1
+            instance = self._prefill_idle.pop(0)
             self.prefill_batches += 1
             service_s = self.prefill_profile.prefill_s([r.spec.prompt_tokens for r in batch])
             ev = self.env.timeout(service_s)
-            ev.callbacks.append(functools.partial(self._prefill_batch_done, batch))
+            ev.callbacks.append(functools.partial(self._prefill_batch_done, instance, batch))
 
-    def _prefill_batch_done(self, batch: list[Request], _ev: simpy.Event) -> None:
-        self._prefill_idle += 1
+    def _start_cached_prefill_batches(self) -> None:
+        """`_start_prefill_batches` with each instance's prefix cache: a prompt's cached blocks
+        are skipped, so its tokens to compute (what the budget counts, as vLLM's token budget
+        does) start after them, and its attention still reads them.
+
+        The lowest idle instance takes the batch (the router knows nothing of the caches); the
+        batch's hits are pinned until it ends, and the cache keeps to the KV space the
+        batch's own prompts leave free.
+        """
+        assert self.pool_caches is not None
+        budget = self.scenario.cluster.prefill.max_batch_tokens
+        queue = self._prefill_queue
+        while self._prefill_idle and queue:
+            instance = self._prefill_idle.pop(0)
+            cache = self.pool_caches[instance]
+            block = cache.block_tokens
+            batch: list[Request] = []
+            left = budget
+            while queue:
+                s = queue[0].spec
+                hit = cache.lookup(s.prefix_group, s.prefix_tokens, s.prompt_tokens)
+                if batch and s.prompt_tokens - hit * block > left:
+                    break
+                req = queue.popleft()
+                cache.count(s.prompt_tokens, hit, fresh=True)
+                cache.acquire(s.prefix_group, hit)
+                req.cache_blocks = hit
+                left -= s.prompt_tokens - hit * block
+                batch.append(req)
+            own = sum(r.spec.prompt_tokens - r.cache_blocks * block for r in batch)
+            cache.fit(self._pool_capacity - own - cache.pinned_blocks * block)
+            self.prefill_batches += 1
+            prof = self.prefill_profile
+            service_s = prof.prefill_dense_s(float(own)) + sum(
+                prof.prefill_attention_s(r.spec.prompt_tokens - r.cache_blocks * block, r.cache_blocks * block)
+                for r in batch)
+            ev = self.env.timeout(service_s)
+            ev.callbacks.append(functools.partial(self._prefill_batch_done, instance, batch))
+
+    def _prefill_batch_done(self, instance: int, batch: list[Request], _ev: simpy.Event) -> None:
+        bisect.insort(self._prefill_idle, instance)
+        if self.pool_caches is not None:
+            # the computed prefix blocks are cached; the prompts' KV leaves for the decode replicas
+            cache = self.pool_caches[instance]
+            for req in batch:
+                s = req.spec
+                full = min(s.prefix_tokens, s.prompt_tokens) // cache.block_tokens
+                if cache.extend(s.prefix_group, req.cache_blocks, full):
+                    req.cache_blocks = full
+                cache.release(s.prefix_group, req.cache_blocks)
+                req.cache_blocks = 0
         for req in batch:
             self._first_token(req)
         self._start_prefill_batches()
@@ -251,12 +325,15 @@ class Cluster:
             [self.sampler.domains.index(str(d)) for d in df["domain"]]
             if "domain" in df.columns else None
         )
+        groups = df["prefix_group"].to_numpy(np.int64) if "prefix_group" in df.columns else None
+        shared = df["prefix_tokens"].to_numpy(np.int64) if groups is not None else None
         for k in range(min(limit, len(df))):
             if arrival[k] > self.env.now:
                 yield self.env.timeout(float(arrival[k]) - self.env.now)
             self.submit(self.new_request(
                 self.env.now, prompt=int(prompt[k]), output=int(output[k]),
                 domain=None if doms is None else doms[k],
+                prefix=None if groups is None or shared is None else (int(groups[k]), int(shared[k])),
             ))
         self._arrivals_over = True
 

@@ -52,6 +52,17 @@ class PrefillConfig(_Model):
     )
 
 
+class PrefixCacheConfig(_Model):
+    """Automatic prefix caching (vLLM's): full blocks of shared prompt prefixes stay cached."""
+
+    enabled: bool = Field(
+        False, description="cache the full blocks of workload.prefix's shared prefixes in each replica's "
+        "KV space (the disaggregated prefill pool's instances under disaggregated prefill)"
+    )
+    block_tokens: int = Field(16, gt=0, description="tokens per KV block, the unit a prefix is cached in "
+                              "(vLLM's default block size)")
+
+
 class ClusterConfig(_Model):
     """Decode replicas, routing, capacity limits and the engine pipeline."""
 
@@ -77,6 +88,7 @@ class ClusterConfig(_Model):
     )
     max_batch_tokens: int = Field(8192, gt=0, description="token limit of one step (B cap)")
     prefill: PrefillConfig = Field(default_factory=PrefillConfig)
+    prefix_cache: PrefixCacheConfig = Field(default_factory=PrefixCacheConfig)
     pipeline: Literal["zos", "sync"] = "zos"
     decision_s: float | Literal["measured", "profile"] = Field(
         0.0, description="sync: policy decision time per step, seconds, 'measured' (timed here) or "
@@ -116,6 +128,15 @@ class LengthsConfig(_Model):
     output: LengthDist = Field(default_factory=lambda: LengthDist(mu=6.0, sigma=0.8, min=1, max=4096))
 
 
+class PrefixConfig(_Model):
+    """Shared prompt prefixes (a system prompt per group), as vLLM's prefix benchmarks and
+    inference-perf's shared_prefix declare them."""
+
+    groups: int = Field(1, gt=0, description="prefix groups; each request joins one uniformly at random")
+    tokens: int = Field(0, ge=0, description="shared prefix length, counted inside the prompt (a shorter "
+                        "prompt shares its own length)")
+
+
 class WorkloadConfig(_Model):
     """Who sends requests, when, and with which lengths and domains."""
 
@@ -129,8 +150,10 @@ class WorkloadConfig(_Model):
     )
     arrivals_csv: str | None = Field(
         None, description="replay: CSV with arrival_s, prompt_tokens, output_tokens[, domain]"
+        "[, prefix_group, prefix_tokens]"
     )
     lengths: LengthsConfig = Field(default_factory=LengthsConfig)
+    prefix: PrefixConfig = Field(default_factory=PrefixConfig)
     mix: dict[str, float] = Field(
         default_factory=lambda: {"math": 0.39, "code": 0.39, "chat": 0.22},
         description="domain weights choosing which trace requests are drawn",
@@ -239,18 +262,23 @@ class Scenario(_Model):
             for part in parents:
                 node = node.get(part, {})  # {}: a parent already left out
             node.pop(leaf, None)
+        if not self.cluster.prefix_cache.enabled:
+            # a feature that is off leaves no trace: a run's file reads as it did before it existed
+            data["cluster"].pop("prefix_cache")
         return yaml.safe_dump(data, sort_keys=False)
 
 
 # --------------------------------------------------------------------------- keys read only sometimes
 
 # Keys read only when other keys hold certain values (the workload's kind, the prefill mode
-# and schedule, the source of lengths): key -> ((selector, values that read it), ...), all of
+# and schedule, the source of lengths, the prefix cache's flag, as "true" / "false"):
+# key -> ((selector, values that read it), ...), all of
 # which must hold. A key given under any other value is an error, not silently ignored: a
 # run that ignores it looks valid (a sweep over workload.rate on a closed loop draws three
 # identical points).
 _OPEN = frozenset({"poisson", "gamma"})
 _DISAGG = (("cluster.prefill.mode", frozenset({"disaggregated"})),)
+_CACHING = ("cluster.prefix_cache.enabled", frozenset({"true"}))  # a flag reads as true / false
 READ_WHEN: dict[str, tuple[tuple[str, frozenset[str]], ...]] = {
     "workload.concurrency": (("workload.kind", frozenset({"closed"})),),
     "workload.think_time_s": (("workload.kind", frozenset({"closed"})),),
@@ -263,6 +291,9 @@ READ_WHEN: dict[str, tuple[tuple[str, frozenset[str]], ...]] = {
     "workload.lengths.prompt": (("workload.lengths.source", frozenset({"lognormal"})),),
     "workload.lengths.output": (("workload.lengths.source", frozenset({"lognormal"})),),
     "run.max_requests": (("workload.kind", _OPEN | {"replay"}),),
+    # shared prefixes only change a run that caches them; a replay's are the CSV's columns
+    "workload.prefix": (_CACHING, ("workload.kind", _OPEN | {"closed"})),
+    "cluster.prefix_cache.block_tokens": (_CACHING,),
     "cluster.prefill.instances": _DISAGG,
     "cluster.prefill.profile": _DISAGG,
     "cluster.prefill.kv_transfer_s": _DISAGG,
@@ -281,10 +312,15 @@ def _value_at(scenario: BaseModel, key: str) -> Any:
     return node
 
 
+def _selector_text(value: Any) -> Any:
+    """A selector's value as READ_WHEN lists it (a flag as true / false, as YAML writes it)."""
+    return str(value).lower() if isinstance(value, bool) else value
+
+
 def _unread_reason(scenario: Scenario, key: str) -> str | None:
     """Why `scenario` does not read `key` (None: it does), naming the values that would."""
     for selector, readers in READ_WHEN.get(key, ()):
-        value = _value_at(scenario, selector)
+        value = _selector_text(_value_at(scenario, selector))
         if value not in readers:
             return (f"{selector}={value} does not read it (read when {selector} is "
                     f"{' or '.join(sorted(readers))})")
@@ -310,7 +346,7 @@ def _read_under(base: Mapping[str, Any], key: str) -> bool:
         value = _lookup(base, selector.split("."))
         if value == "<missing>":
             value = _value_at(_DEFAULT, selector)
-        if value not in readers:
+        if _selector_text(value) not in readers:
             return False
     return True
 

@@ -11,7 +11,9 @@ Python loops run only over requests that join, finish, are preempted or run out 
 
 Prompts are prefilled in the step's token budget (chunked, "colocated") or arrive from a
 prefill pool with their KV cache ("disaggregated"); preempted requests are recomputed
-in-engine the same way as a colocated prefill, and emit nothing when it completes.
+in-engine the same way as a colocated prefill, and emit nothing when it completes. With
+prefix caching on (colocated), a prompt's cached prefix blocks (`sparksim.prefix_cache`) are
+skipped by its prefill and counted once in the KV cache, however many requests share them.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from sparksim.config import Scenario
 from sparksim.errors import ConfigError, PolicyError
 from sparksim.invariants import InvariantError, lengths_in_bounds
 from sparksim.policies.base import Policy, StepBatch, drafted_positions
+from sparksim.prefix_cache import PrefixCache
 from sparksim.pricing import StepCost
 from sparksim.profile import Profile
 from sparksim.records import Columns, StepRecord, StreamStats
@@ -72,6 +75,7 @@ class Request:
     switches: int = 0
     admit_seq: int = 0  # first admission's order (kept on re-admission: preempt the newest)
     last_emit_at: float = math.nan  # when it last emitted a token (for ITL across gaps)
+    cache_blocks: int = 0  # leading blocks of its prefix group's cached chain it references
 
 
 def kv_capacity_tokens(scenario: Scenario, profile: Profile) -> int | None:
@@ -179,7 +183,13 @@ class Engine:
         self.active: dict[int, Request] = {}
         self.queue: deque[Request] = deque()
         self.prefilling: deque[Request] = deque()
+        # KV tokens held: every admitted request's own, plus the cached prefix blocks running
+        # requests reference (counted once); unreferenced cached blocks sit in the free space
         self.kv_used = 0
+        pc = scenario.cluster.prefix_cache
+        self.cache = (PrefixCache(pc.block_tokens)
+                      if pc.enabled and cl.prefill.mode == "colocated" else None)
+        self._block = pc.block_tokens if self.cache is not None else 0
         self.ctx_sum = 0  # Σ context over the running batch (its mean prices attention)
         self.step_index = 0
         self.admit_counter = 0
@@ -217,18 +227,55 @@ class Engine:
                     f"more than cluster.kv_capacity_tokens={self.kv_capacity}: it could never run"
                 )
             busy = self.n + len(self.prefilling) + 1
-            if self.kv_used + need + busy * self.reserve > self.kv_capacity:
+            hit = add = 0
+            if self.cache is not None and req.prefill_left > 0:
+                s = req.spec
+                hit = self.cache.lookup(s.prefix_group, s.prefix_tokens, s.prompt_tokens)
+                # shared blocks count once: only the ones nobody holds yet join the KV held
+                add = self.cache.newly_pinned(s.prefix_group, hit) - hit
+            if self.kv_used + need + add * self._block + busy * self.reserve > self.kv_capacity:
                 return
             self.queue.popleft()
+            if self.cache is not None and req.prefill_left > 0:
+                self._use_cache(req, hit)
             if req.admit_seq == 0:
                 self.admit_counter += 1
                 req.admit_seq = self.admit_counter
-            self.kv_used += need
+            self.kv_used += need + add * self._block
             req.context = need
+            if self.cache is not None:
+                self.cache.fit(self.kv_capacity - self.kv_used)
             if req.prefill_left > 0:
                 self.prefilling.append(req)
             else:
                 self._join(req)
+
+    def _use_cache(self, req: Request, hit: int) -> None:
+        """Admit a prompt onto its `hit` cached blocks: its prefill starts after them."""
+        assert self.cache is not None
+        s = req.spec
+        self.cache.count(s.prompt_tokens, hit, fresh=req.admit_seq == 0)
+        self.cache.acquire(s.prefix_group, hit)
+        req.cache_blocks = hit
+        req.prefill_left -= hit * self._block
+
+    def _cache_computed(self, req: Request) -> None:
+        """Cache the full shared blocks a prefill chunk has completed (they leave the request's own KV)."""
+        assert self.cache is not None
+        s = req.spec
+        done = min(req.context - req.prefill_left, s.prefix_tokens) // self._block
+        if done > req.cache_blocks and self.cache.extend(s.prefix_group, req.cache_blocks, done):
+            req.cache_blocks = done
+
+    def _free(self, req: Request) -> None:
+        """Give back the KV a request held (finished or preempted): its own tokens, and the cached
+        blocks it was the last to reference, which stay cached in the free space."""
+        if self.cache is None:
+            self.kv_used -= req.context
+            return
+        freed = self.cache.release(req.spec.prefix_group, req.cache_blocks)
+        self.kv_used -= req.context - (req.cache_blocks - freed) * self._block
+        req.cache_blocks = 0
 
     def _join(self, req: Request) -> None:
         """Move a request whose KV is complete into the running batch."""
@@ -289,7 +336,7 @@ class Engine:
             keep = np.ones(self.n, dtype=bool)
             keep[i] = False
             self._compact(keep)
-            self.kv_used -= req.context
+            self._free(req)
             req.last_emit_at = self.env.now  # its last step ended now
             req.preemptions += 1
             req.prefill_left = req.spec.prompt_tokens + req.emitted
@@ -448,6 +495,8 @@ class Engine:
                 self._check_replay(rows, lengths, drafted_ok, emitted_total)
             self.kv_used += emitted_total
             self.ctx_sum += emitted_total
+            if self.cache is not None:  # new tokens take free space: the oldest cached blocks go
+                self.cache.fit(self.kv_capacity - self.kv_used)
             if batch is not None and self.observes:
                 self.policy.observe(batch, lengths, drafted_ok)
             if in_window:
@@ -471,7 +520,7 @@ class Engine:
                 finished = [self._park(int(i)) for i in np.flatnonzero(done)]
                 self._compact(~done)  # before the callbacks: a closed-loop user resubmits
                 for req in finished:  # at once, and routing must see this replica's load
-                    self.kv_used -= req.context
+                    self._free(req)
                     req.finish_at = req.last_emit_at = now
                     self.finish(req)
             if m < n and 0 < stepped < self.n:
@@ -483,6 +532,8 @@ class Engine:
                 self._continue_traces(np.flatnonzero(past))
         for req, take in step.plan:
             req.prefill_left -= take
+            if self.cache is not None and req.spec.prefix_group >= 0:
+                self._cache_computed(req)
         while self.prefilling and self.prefilling[0].prefill_left == 0:
             self._prefill_done(self.prefilling.popleft(), now, in_window)
         return emitted_total, accepted_total
@@ -556,11 +607,13 @@ class Engine:
             req.emitted = 1
             req.context += 1
             self.kv_used += 1
+            if self.cache is not None:
+                self.cache.fit(self.kv_capacity - self.kv_used)
             req.first_token_at = req.last_emit_at = now
             if in_window:
                 self.stats.window_tokens += 1
         if req.emitted >= req.spec.output_tokens:
-            self.kv_used -= req.context
+            self._free(req)
             req.finish_at = now
             self.finish(req)
             return

@@ -30,6 +30,7 @@ from sparksim.invariants import InvariantError, check_run
 from sparksim.metrics import summarize
 from sparksim.policies import make_policy, parse_policy_spec, resolve
 from sparksim.policies.base import drafted_positions
+from sparksim.prefix_cache import prefix_cache_summary
 from sparksim.profile import Profile, ProfileWarning, load_profile
 from sparksim.traces.format import TraceSet, load_traceset
 from sparksim.workload import load_arrivals
@@ -155,6 +156,7 @@ def load_inputs(
             f"workload.concurrency={wl.concurrency} is more than the cluster runs at once "
             f"(cluster.max_concurrency={cl.max_concurrency} x {cl.replicas} replica(s)); "
             "the rest queue (the summary records it)", ProfileWarning, stacklevel=2)
+    _warn_if_nothing_cacheable(scenario, base, traces)
     if kv_capacity is not None:
         if wl.kind == "replay" and wl.arrivals_csv:
             arrivals = load_arrivals(resolve_path(wl.arrivals_csv, base), sorted(traces.domains))
@@ -170,6 +172,23 @@ def load_inputs(
                 f"({longest} tokens + {reserve} reserved); it would wait forever"
             )
     return profile, traces, prefill
+
+
+def _warn_if_nothing_cacheable(scenario: Scenario, base: Path | None, traces: TraceSet) -> None:
+    """Warn when prefix caching is on but no prompt declares a full block of shared prefix."""
+    pc, wl = scenario.cluster.prefix_cache, scenario.workload
+    if not pc.enabled:
+        return
+    if wl.kind == "replay":
+        if wl.arrivals_csv and "prefix_group" not in load_arrivals(
+                resolve_path(wl.arrivals_csv, base), sorted(traces.domains)).columns:
+            warnings.warn(f"cluster.prefix_cache.enabled=true but workload.arrivals_csv={wl.arrivals_csv!r} "
+                          "has no prefix_group / prefix_tokens columns: no prompt shares a prefix",
+                          ProfileWarning, stacklevel=3)
+    elif wl.prefix.tokens < pc.block_tokens:
+        warnings.warn(f"cluster.prefix_cache.enabled=true but workload.prefix.tokens={wl.prefix.tokens} is "
+                      f"shorter than a block (cluster.prefix_cache.block_tokens={pc.block_tokens}): "
+                      "only full blocks are cached, so nothing is", ProfileWarning, stacklevel=3)
 
 
 def simulate(
@@ -219,6 +238,10 @@ def simulate(
             "same domain (trace_switches counts them)"
         ),
     }
+    if scenario.cluster.prefix_cache.enabled:
+        caches = cluster.pool_caches or [e.cache for e in cluster.engines if e.cache is not None]
+        extra["prefix_cache"] = {"where": "prefill pool" if cluster.pool_caches else "replicas",
+                                 **prefix_cache_summary(caches)}
     _warn_if_context_clamped(profile, steps)
     summary = summarize(scenario, requests, cluster.stats, census, cluster.sampler.domains, extra,
                         gpus_per_replica=scenario.cluster.gpus_per_replica or profile.gpus_per_replica)

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
-from sparksim.config import LengthDist, WorkloadConfig
+from sparksim.config import LengthDist, PrefixConfig, WorkloadConfig
 from sparksim.errors import ConfigError, FormatError
 from sparksim.traces.format import TraceSet
 
@@ -35,6 +35,8 @@ class RequestSpec:
     domain: int  # index into the run's domain list
     trace_request: int  # index of the trace request whose positions are replayed first
     user: int = -1
+    prefix_group: int = -1  # the shared prefix its prompt opens with (-1: none)
+    prefix_tokens: int = 0  # how many of its prompt tokens that prefix covers
 
 
 class DomainSampler:
@@ -81,20 +83,35 @@ class Streams(NamedTuple):
     workload: np.random.Generator  # open-loop arrivals, lengths and domains
     traces: np.random.Generator  # which trace request a long request continues on
     users: list[np.random.Generator]  # closed loop: one per user, so runs of any policy are paired
+    prefix: np.random.Generator  # open loop: which prefix group each request joins
+    prefix_users: list[np.random.Generator]  # closed loop: the same, one per user
 
 
 def seed_streams(seed: int, workload: WorkloadConfig) -> Streams:
     """Spawn a run's streams from its seed, as both engines do (`Cluster` and the live engine).
 
-    `SeedSequence(seed).spawn(4)`: the workload's, one once meant for routing (both routers
+    `SeedSequence(seed).spawn(5)`: the workload's, one once meant for routing (both routers
     are deterministic; kept so that the other streams, and every run's results, stay as
-    they were), the traces', and the closed loop's users' (one child each), so user u's
-    k-th request is the same whatever the policy, not drawn in the order requests finish.
+    they were), the traces', the closed loop's users' (one child each), so user u's k-th
+    request is the same whatever the policy, not drawn in the order requests finish, and
+    the prefix groups' (one child per user in a closed loop), apart from the others so that
+    declaring shared prefixes changes no request's lengths or domain (the first four
+    children are the same whatever the count spawned).
     """
-    seeds = np.random.SeedSequence(seed).spawn(4)
+    seeds = np.random.SeedSequence(seed).spawn(5)
     users = workload.concurrency if workload.kind == "closed" else 0
+    prefix_users = users if workload.prefix.tokens else 0
     return Streams(np.random.default_rng(seeds[0]), np.random.default_rng(seeds[2]),
-                   [np.random.default_rng(s) for s in seeds[3].spawn(users)])
+                   [np.random.default_rng(s) for s in seeds[3].spawn(users)],
+                   np.random.default_rng(seeds[4]),
+                   [np.random.default_rng(s) for s in seeds[4].spawn(prefix_users)])
+
+
+def prefix_of(rng: np.random.Generator, prefix: PrefixConfig, prompt_tokens: int) -> tuple[int, int]:
+    """Draw a request's prefix group uniformly; return (group, shared tokens of its prompt)."""
+    if not prefix.tokens:
+        return -1, 0
+    return int(rng.integers(prefix.groups)), min(prefix.tokens, prompt_tokens)
 
 
 def lognormal_length(rng: np.random.Generator, dist: LengthDist) -> int:
@@ -161,6 +178,36 @@ def _load_arrivals(path_str: str, mtime_ns: int, size: int, domains_key: tuple[s
             row = int(np.argmax(bad_dom.to_numpy()))
             problems.append(f"column 'domain' row {row + 1} is {df['domain'].iloc[row]!r} "
                             f"(trace set has {domains})")
+    if not problems:
+        problems += _prefix_problems(df)
     if problems:
         raise FormatError(path, problems)
     return df
+
+
+PREFIX_COLUMNS = ("prefix_group", "prefix_tokens")
+
+
+def _prefix_problems(df: pd.DataFrame) -> list[str]:
+    """Check the optional prefix columns (both or neither): integer groups >= 0 and shared
+    tokens in 0..the row's prompt_tokens; convert them to int64 in place."""
+    given = [c for c in PREFIX_COLUMNS if c in df.columns]
+    if not given:
+        return []
+    if len(given) == 1:
+        missing = next(c for c in PREFIX_COLUMNS if c not in given)
+        return [f"column {given[0]!r} needs column {missing!r} too (a prefix is a group and a length)"]
+    problems = []
+    prompt = df["prompt_tokens"].to_numpy(np.float64)
+    for col in PREFIX_COLUMNS:
+        vals = pd.to_numeric(df[col], errors="coerce").to_numpy(np.float64)
+        high = prompt if col == "prefix_tokens" else np.inf
+        bad = ~np.isfinite(vals) | (vals < 0) | (vals != np.round(vals)) | (vals > high)
+        if bad.any():
+            row = int(np.argmax(bad))
+            bound = (f"an integer in 0..prompt_tokens={prompt[row]:g}" if col == "prefix_tokens"
+                     else "an integer >= 0")
+            problems.append(f"column {col!r} row {row + 1} is {df[col].iloc[row]} (must be {bound})")
+        else:
+            df[col] = vals.astype(np.int64)
+    return problems

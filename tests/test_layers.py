@@ -18,11 +18,11 @@ PACKAGE = Path(__file__).resolve().parents[1] / "sparksim"
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "hardware", "metric_names", "data"),
     ("config", "atomic"),
-    ("models", "profile", "pricing", "roofline", "fitted", "traces", "batch_layout", "kernels",
+    ("models", "profile", "pricing", "roofline", "analytic", "fitted", "traces", "batch_layout", "kernels",
      "acceptance", "records"),
     ("policies",),
-    ("invariants", "workload", "engine", "cluster", "metrics", "runner", "validation"),
-    ("sweep", "sweep_pool", "sweep_store", "capacity", "frontier", "crosscheck", "biaslab", "bias_exact",
+    ("invariants", "workload", "prefix_cache", "engine", "cluster", "metrics", "runner", "validation"),
+    ("sweep", "sweep_pool", "sweep_store", "capacity", "calibration", "frontier", "crosscheck", "biaslab", "bias_exact",
      "plotting", "report", "live", "profiling", "drafter"),
     ("cli",),
 )

@@ -574,6 +574,8 @@ def test_the_live_engine_refuses_what_it_cannot_run(pair: Pair) -> None:
         _live(pair, "static:gamma=1", "cluster.prefill.mode=disaggregated")
     with pytest.raises(ConfigError, match="reads the outcome before verifying"):
         _live(pair, "oracle")
+    with pytest.raises(ConfigError, match="live engine does not cache prefixes"):
+        _live(pair, "static:gamma=1", "cluster.prefix_cache.enabled=true")
 
 
 # --------------------------------------------------------------------------- 7. CLI

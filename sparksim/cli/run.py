@@ -66,6 +66,12 @@ def summary_table(result: RunResult) -> Table:
     table.add_row("KV capacity", "unlimited" if cap is None else f"{cap:,}",
                   "tokens" + (f" ({cost.get('kv_capacity_source')})" if cap is not None else ""))
     table.add_row("preemptions", str(cost.get("preemptions", 0)), "")
+    pc = s.get("prefix_cache")
+    if pc is not None:
+        rate = pc.get("hit_rate")
+        table.add_row("prefix-cache hit rate", "n/a" if rate is None or rate != rate else f"{rate:.1%}",
+                      f"cached / prompt tokens ({pc['where']})")
+        table.add_row("prefill tokens saved", f"{pc['prefill_tokens_saved']:,}", "tokens")
     return table
 
 

@@ -331,6 +331,9 @@ class LiveEngine:
         if cl.prefill.mode != "colocated" or cl.prefill.schedule != "prefill-first":
             raise ConfigError("the live engine schedules colocated prefill-first steps; set "
                               "cluster.prefill.mode=colocated and cluster.prefill.schedule=prefill-first")
+        if cl.prefix_cache.enabled:
+            raise ConfigError("cluster.prefix_cache.enabled=true: the live engine does not cache "
+                              "prefixes; simulate it with `sparksim run`")
         if policy.reads_outcome:
             raise ConfigError(f"policy {policy.name!r} reads the outcome before verifying; no real "
                               "engine can run it")
