@@ -424,7 +424,7 @@ class Calibration:
     defaults: dict[str, float]
     at_bound: dict[str, str]  # name -> "lower" | "upper"
     stages: pd.DataFrame  # stage_table rows of the fitted runs at the fitted values
-    evaluations: int
+    evaluations: int  # replays of every run the fit spent
     runs: list[str]
 
     def card(self) -> dict[str, Any]:
@@ -521,11 +521,13 @@ class Calibrator:
             [PARAMETERS[n].prior_scale if PARAMETERS[n].log else 1.0 for n in self.fit_names])
         data = np.concatenate(parts)
         if self.progress is not None:
-            shown = ", ".join(f"{k}={v:.4g}" for k, v in values.items())
-            self.progress(f"evaluation {self.evaluations}: {shown}; rms log error {np.sqrt(np.mean(data ** 2)):.3f}")
+            shown = " ".join(f"{k}={v:.3g}" for k, v in values.items())
+            self.progress(f"replay {self.evaluations}: {shown} -> rms log err {np.sqrt(np.mean(data ** 2)):.3f}")
         return np.concatenate([data, prior])
 
-    def fit(self, max_evaluations: int = 60) -> Calibration:
+    def fit(self, max_steps: int = 20) -> Calibration:
+        """Fit; `max_steps` caps the optimiser's steps (each also replays the runs once per
+        fitted parameter for its derivatives)."""
         from scipy.optimize import least_squares
 
         lo, hi = self._bounds()
@@ -534,7 +536,7 @@ class Calibrator:
         # a replay's latencies jitter at fine scale (event order changes as costs move), so
         # derivatives are taken over 10 % steps, which see the trend and not the jitter
         sol = least_squares(self.residuals, x0, bounds=(lo, hi), method="trf", diff_step=0.1,
-                            x_scale="jac", max_nfev=max_evaluations, xtol=1e-4, ftol=1e-6, gtol=1e-8)
+                            x_scale="jac", max_nfev=max_steps, xtol=1e-4, ftol=1e-6, gtol=1e-8)
         # trf keeps its iterates strictly inside the bounds: a parameter near one is tried at
         # the bound itself, and is pinned there when that fits no worse (the runs pull it past)
         x, cost = sol.x.copy(), float(np.sum(sol.fun ** 2))
@@ -555,7 +557,7 @@ class Calibrator:
 
 
 def held_out_errors(base: Path, runs: Sequence[MeasuredRun], fit: Sequence[str] = DEFAULT_FIT, *,
-                    max_evaluations: int = 60, progress: Callable[[str], None] | None = None
+                    max_steps: int = 20, progress: Callable[[str], None] | None = None
                     ) -> pd.DataFrame:
     """Leave one run out: fit on the others, predict it. One stage_table row per held-out stage."""
     if len(runs) < 2:
@@ -564,7 +566,7 @@ def held_out_errors(base: Path, runs: Sequence[MeasuredRun], fit: Sequence[str] 
     for i, held in enumerate(runs):
         rest = [r for j, r in enumerate(runs) if j != i]
         cal = Calibrator(base, rest, fit, progress=progress)
-        result = cal.fit(max_evaluations)
+        result = cal.fit(max_steps)
         table = cal.stages(result.values, [held])
         tables.append(table.assign(fitted_on=",".join(r.name for r in rest)))
     return pd.concat(tables, ignore_index=True)

@@ -72,7 +72,7 @@ def test_calibration_recovers_the_parameters_its_runs_were_simulated_with(tmp_pa
     runs = [load_run(_measured(tmp_path, f"run{i}", truth, seed=i), SETTINGS) for i in (1, 2)]
     cal = Calibrator(BASE, runs, list(truth), work=tmp_path / "fit")
     assert cal.defaults["compute_eff"] == 0.69 and cal.defaults["request_overhead_ms"] == 0.0
-    result = cal.fit(max_evaluations=40)
+    result = cal.fit(max_steps=40)
     for k, v in truth.items():
         assert result.values[k] == pytest.approx(v, rel=0.02), (k, result.values)
     assert result.at_bound == {}
@@ -84,7 +84,7 @@ def test_a_parameter_the_runs_push_past_its_bound_is_reported_pinned(tmp_path: P
     # 0.5 ms overhead kept, only mem_eff > 1 would match them, and 1 is its bound.
     truth = {"mem_eff": 1.0, "step_overhead_ms": 0.0}
     run = load_run(_measured(tmp_path, "fast", truth, seed=3), SETTINGS)
-    result = Calibrator(BASE, [run], ["mem_eff"], work=tmp_path / "fit").fit(max_evaluations=20)
+    result = Calibrator(BASE, [run], ["mem_eff"], work=tmp_path / "fit").fit(max_steps=20)
     assert result.at_bound == {"mem_eff": "upper"}
     assert result.card()["fitted"]["mem_eff"]["at_bound"] == "upper"
 
@@ -180,7 +180,7 @@ def test_the_cli_writes_a_calibrated_profile_whose_card_says_what_it_was_fitted_
                                       "kv_capacity_tokens": 100_000, "max_model_len": 4096}))
     out = tmp_path / "calibrated"
     args = ["profile", "calibrate", "--profile", str(BASE), "--out", str(out), "--engine", str(engine),
-            "--fit", "compute_eff,mem_eff", "--max-evaluations", "12"]
+            "--fit", "compute_eff,mem_eff", "--max-steps", "12"]
     for p in paths:
         args += ["--runs", str(p)]
     result = CliRunner().invoke(app, args)

@@ -309,3 +309,20 @@ def test_kv_capacity_is_free_hbm_over_kv_bytes_per_token(tmp_path: Path) -> None
     want = (0.9 * 80e9 - mem["weights_bytes"] - mem["activation_reserve_bytes"]) // (KV_ELEMS_PER_TOKEN * 2)
     assert prof.kv_capacity_tokens() == want
     assert prof.kv_capacity_tokens(0.5) < want
+
+
+def test_the_card_command_parser_knows_every_analytic_option_and_its_default() -> None:
+    """`profile calibrate` remakes a base profile from its card's command: the parser must read
+    every option `profile analytic` has, with the same defaults."""
+    import inspect
+
+    from sparksim.analytic import OPTION_DEFAULTS, options_from_command
+    from sparksim.cli.profile_analytic import analytic
+
+    params = inspect.signature(analytic).parameters
+    assert list(params) == list(OPTION_DEFAULTS)
+    for name, p in params.items():
+        assert p.default.default == OPTION_DEFAULTS[name], name
+    card = load_profile(REPO / "profiles" / "h100x2-mixtral-8x7b-analytic").card
+    opts = options_from_command(card["command"])
+    assert opts["gpus"] == 2 and opts["max_capture_size"] == 256 and opts["compute_eff"] == 0.69

@@ -66,7 +66,7 @@ def calibrate(
     vllm_flags: str = typer.Option("", "--vllm-flags", help="the `vllm serve` flags the runs used (and, pasted in, its 'GPU KV cache size: N tokens' log line)"),
     fit: str = typer.Option("compute_eff,mem_eff,request_overhead_ms", "--fit", help="parameters to fit: compute_eff, mem_eff, attn_compute_eff, attn_mem_eff, step_overhead_ms, request_overhead_ms"),
     held_out: bool = typer.Option(True, "--held-out/--no-held-out", help="also fit without each run and report its errors (one more fit per run)"),
-    max_evaluations: int = typer.Option(40, "--max-evaluations", help="replays of every run the fit may spend"),
+    max_steps: int = typer.Option(20, "--max-steps", help="optimiser steps per fit (each replays every run once, plus once per fitted parameter for its derivatives)"),
 ) -> None:
     """Fit named physical parameters of an analytic profile to your measured runs; print stage errors, fitted and held out."""
     import pandas as pd
@@ -89,8 +89,8 @@ def calibrate(
 
     cal = Calibrator(profile, measured, names, progress=say)
     before = cal.stages(dict(cal.defaults))
-    result = cal.fit(max_evaluations)
-    loro = held_out_errors(profile, measured, names, max_evaluations=max_evaluations,
+    result = cal.fit(max_steps)
+    loro = held_out_errors(profile, measured, names, max_steps=max_steps,
                            progress=say) if held_out and len(measured) > 1 else None
     command = "sparksim " + shlex.join(sys.argv[1:])
     verify, extra, base_card = cal.tables_with(result.values)
@@ -98,7 +98,7 @@ def calibrate(
     load_profile(out)  # it reads back
 
     fmt = {"ttft_err": "{:+.1%}".format, "e2e_err": "{:+.1%}".format}
-    console.print(f"[green]wrote[/] {out} (source: calibrated, {result.evaluations} evaluations)",
+    console.print(f"[green]wrote[/] {out} (source: calibrated; the fit replayed the runs {result.evaluations} times)",
                   highlight=False)
     for k, v in result.values.items():
         pinned = f"  [yellow]at its {result.at_bound[k]} bound[/]" if k in result.at_bound else ""
