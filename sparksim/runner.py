@@ -97,9 +97,7 @@ def load_inputs(
             f"priced at the batch's mean context, as the grid's rows were measured with "
             f"R = ceil(B / {profile.card.get('tokens_per_request', 8)}) requests; remake it with "
             "`sparksim profile` for per-request KV", ProfileWarning, stacklevel=2)
-    traces = load_traceset(resolve_path(scenario.traces, base))
-    if scenario.trace_block is not None:
-        traces = traces.truncated(scenario.trace_block)
+    traces = _bounded_by_drafter(scenario, profile, load_traceset(resolve_path(scenario.traces, base)))
     pf = scenario.cluster.prefill
     prefill = (
         load_profile(resolve_path(pf.profile, base), mode=scenario.lookup, strict=strict)
@@ -248,6 +246,30 @@ def simulate(
     return RunResult(scenario, summary, requests, steps, violations, wall_s, num_steps)
 
 
+def _bounded_by_drafter(scenario: Scenario, profile: Profile, traces: TraceSet) -> TraceSet:
+    """Cut the traces to the positions the scenario's drafter drafts: a policy never verifies
+    a position that was never drafted.
+
+    `trace_block` defaults to the drafter's block (its table's most positions: a DSpark
+    block, or γ for an MTP module); an explicit `trace_block` above it is an error naming
+    both. A plain-decoding policy, or a profile without draft tables, keeps the traces' γ.
+    """
+    table = profile.drafter(scenario.policy.drafter) if profile.drafters else None
+    top = table.max_positions if table is not None else None
+    name = table.name if table is not None else ""
+    plain = scenario.policy.name == "static" and scenario.policy.params.get("gamma") == 0
+    if scenario.trace_block is not None:
+        if top is not None and not plain and scenario.trace_block > top:
+            raise ConfigError(
+                f"trace_block={scenario.trace_block} is more than drafter {name!r} of "
+                f"profile={scenario.profile!r} drafts ({top} positions): a policy cannot verify "
+                f"a position that was never drafted; use trace_block <= {top}")
+        return traces.truncated(scenario.trace_block)
+    if top is not None and not plain and traces.gamma > top:
+        return traces.truncated(top)  # the card records truncated_from_gamma
+    return traces
+
+
 def run_inputs_summary(scenario: Scenario, policy: Any, profile: Profile, traces: TraceSet) -> dict[str, Any]:
     """The summary's account of what was compared: the policy (with its drafter), the profile, the traces.
 
@@ -265,7 +287,9 @@ def run_inputs_summary(scenario: Scenario, policy: Any, profile: Profile, traces
         "policy_params": policy.params,
         "gamma": traces.gamma,
         "profile": {"name": profile.name, "source": profile.source, "lookup": profile.mode},
-        "traces": {"name": traces.name, "source": str(traces.card.get("source", "unknown"))},
+        "traces": {"name": traces.name, "source": str(traces.card.get("source", "unknown")),
+                   **({"truncated_from_gamma": int(traces.card["truncated_from_gamma"])}
+                      if "truncated_from_gamma" in traces.card else {})},
     }
 
 
