@@ -39,6 +39,9 @@ class HardwareSpec:
     kernels_per_layer: int = 12  # kernels one decoder layer launches when run eagerly
     link_bytes_per_s: float = 0.0  # GPU-to-GPU bandwidth per GPU, one direction (NVLink)
     collective_latency_us: float = 10.0  # fixed cost of one all-reduce or all-to-all
+    gpus_per_node: int = 8  # GPUs in one NVLink domain (a node; an NVL72 rack is one)
+    internode_bytes_per_s: float = 50e9  # inter-node network per GPU, one direction (a 400 Gb/s NIC each)
+    internode_eff: float = 0.86  # fraction of it an expert-parallel all-to-all reaches
     source: str = ""  # where the peak figures come from
 
     def peak_for(self, dtype_bytes: int) -> float:
@@ -127,6 +130,18 @@ GPUS: dict[str, HardwareSpec] = {
         "(624 with sparsity), 80 GB HBM2e at 2,039 GB/s, NVLink 600 GB/s (both directions); "
         "no FP8 tensor cores",
     ),
+    "h800": HardwareSpec(
+        name="NVIDIA H800 SXM5 80GB",
+        peak_flops=989.4 * TERA,
+        mem_bytes_per_s=3.35 * TERA,
+        hbm_bytes=80e9,
+        peak_flops_fp8=1978.9 * TERA,
+        link_bytes_per_s=200e9,
+        **MEASURED_EFFICIENCY["hopper"],
+        source="the H100 SXM's silicon with NVLink cut to 400 GB/s (both directions; 200 GB/s each "
+        "way): NVIDIA H800 product brief; DeepSeek-V3 technical report (arXiv 2412.19437) §3.2.2: "
+        "H800 nodes, NVLink 160 GB/s achievable, InfiniBand 50 GB/s per GPU",
+    ),
     "b200": HardwareSpec(
         name="NVIDIA B200 (HGX B200)",
         peak_flops=2250 * TERA,
@@ -137,6 +152,20 @@ GPUS: dict[str, HardwareSpec] = {
         **MEASURED_EFFICIENCY["b200"],
         source="NVIDIA HGX B200 specification, per GPU: FP16/BF16 4.5 PFLOPS and FP8 9 PFLOPS "
         "with sparsity (dense = half), HBM3e at 8 TB/s, NVLink 5 1.8 TB/s (both directions)",
+    ),
+    "gb200": HardwareSpec(
+        name="NVIDIA GB200 (NVL72)",
+        peak_flops=2500 * TERA,
+        mem_bytes_per_s=8.0 * TERA,
+        hbm_bytes=186e9,
+        peak_flops_fp8=5000 * TERA,
+        link_bytes_per_s=900e9,
+        gpus_per_node=72,
+        **MEASURED_EFFICIENCY["b200"],
+        source="NVIDIA GB200 NVL72 specification, per rack of 72 GPUs: FP16/BF16 360 PFLOPS and FP8 "
+        "720 PFLOPS with sparsity (per GPU dense: 2.5 and 5 PFLOPS), 13.4 TB HBM3e at 576 TB/s "
+        "(186 GB, 8 TB/s per GPU), NVLink 130 TB/s (1.8 TB/s per GPU, both directions); the 72 "
+        "GPUs are one NVLink domain",
     ),
 }
 
@@ -165,6 +194,11 @@ FIELD_SOURCES: dict[str, str] = {
     "kernels_per_layer": "assumption: a Qwen3/Llama decoder layer run eagerly (norms, QKV, q/k norm, "
     "RoPE, attention, O, residual-norm, gate-up, SiLU-mul, down)",
     "link_bytes_per_s": "datasheet NVLink bandwidth per GPU, halved for one direction (see hardware_source)",
+    "gpus_per_node": "datasheet: 8 GPUs per HGX/DGX node; 72 in one GB200 NVL72 NVLink domain",
+    "internode_bytes_per_s": "published: one 400 Gb/s InfiniBand NIC (ConnectX-7) per GPU, 50 GB/s each "
+    "way (DeepSeek-V3 technical report, arXiv 2412.19437, §3.2.2)",
+    "internode_eff": "measured, published: DeepEP README, normal kernels on H800 + CX7 400 Gb/s, "
+    "internode EP 16 dispatch/combine 43 GB/s (RDMA) of 50 (EP 32-64: 50-58 with adaptive routing)",
     "collective_latency_us": "published: vLLM's custom all-reduce on H100 takes 10-13 us for small "
     "messages (sglang PR #2904: 10.1 us at 512 B, tp 8; vllm PR #24111: 13 us at 0.5 MB); plain "
     "NCCL 20-25 us; 10 us taken",

@@ -53,6 +53,7 @@ __all__ = [
     "graph_draft_ms",
     "graph_verify_ms",
     "ladder",
+    "overlapped",
     "pad_to_capture",
     "prefill_attention_coef_ms",
     "roofline_draft_ms",
@@ -124,18 +125,38 @@ class Parallelism:
     - `dp-ep` (data-parallel attention, expert parallel: DeepSeek's and SGLang/vLLM's large-EP
       serving): each GPU runs attention and the dense layers for its share of the requests
       with their weights replicated, and holds E/G experts; two all-to-alls (dispatch and
-      combine) per MoE layer.
+      combine) per MoE layer, across `nodes` machines (the share of each GPU's tokens bound
+      for another node goes over the inter-node network, the rest over NVLink).
+    - `micro_batches=2` (dual-batch overlap, DeepSeek's inference system): the step runs as
+      two micro-batches whose communication overlaps the other's compute, so it pays the
+      larger of its kernels' time and its collectives', not their sum.
     """
 
     gpus: int = 1
     mode: str = "tp"  # tp | dp-ep
+    nodes: int = 1  # machines the replica spans (dp-ep only): all-to-alls cross the inter-node network
+    micro_batches: int = 1  # 2: dual-batch overlap, one micro-batch's communication hides behind the other's compute
 
-    def check(self, model: ModelSpec) -> None:
-        """Raise ConfigError for a split the model cannot take (naming the field and value)."""
+    @property
+    def gpus_per_node(self) -> int:
+        return self.gpus // self.nodes
+
+    def check(self, model: ModelSpec, hw: HardwareSpec | None = None) -> None:
+        """Raise ConfigError for a split the model (or the GPU's node) cannot take, naming the numbers."""
         if self.gpus < 1:
             raise ConfigError(f"gpus={self.gpus} must be >= 1")
         if self.mode not in ("tp", "dp-ep"):
             raise ConfigError(f"parallelism mode={self.mode!r} is not one of tp, dp-ep")
+        if self.nodes < 1 or self.gpus % self.nodes:
+            raise ConfigError(f"nodes={self.nodes} must be >= 1 and divide gpus={self.gpus}")
+        if self.nodes > 1 and self.mode != "dp-ep":
+            raise ConfigError(f"nodes={self.nodes}: only dp-ep spans nodes (tensor parallelism "
+                              "across the inter-node network is not modelled)")
+        if hw is not None and self.gpus_per_node > hw.gpus_per_node:
+            raise ConfigError(f"{self.gpus} GPUs on {self.nodes} node(s) is {self.gpus_per_node} per node; "
+                              f"a {hw.name} node has {hw.gpus_per_node}")
+        if self.micro_batches not in (1, 2):
+            raise ConfigError(f"micro_batches={self.micro_batches} must be 1 or 2 (dual-batch overlap)")
         if self.mode == "tp" and model.num_heads % self.gpus:
             raise ConfigError(f"tp over gpus={self.gpus} does not divide {model.name}'s "
                               f"num_heads={model.num_heads}")
@@ -222,9 +243,12 @@ def collective_ms(hw: HardwareSpec, model: ModelSpec, tokens: ArrayLike, *, dtyp
     """Return the time of a step's collectives over the replica's GPUs (0 on one GPU).
 
     tp: two ring all-reduces per layer of the tokens' hidden states, each
-    latency + 2(G−1)/G · T · hidden · s / link bandwidth. dp-ep: two all-to-alls per MoE layer
-    (dispatch, combine), each GPU sending its T/G tokens' hidden states to their k experts,
-    latency + (T/G) · k · hidden · s · (G−1)/G / link bandwidth.
+    latency + 2(G−1)/G · T · hidden · s / (link bandwidth · link_eff). dp-ep: two all-to-alls
+    per MoE layer (dispatch, combine), each GPU sending its T/G tokens' hidden states to their
+    k experts, spread evenly over the G GPUs: (n−1)/G of them to the other GPUs of its node
+    over NVLink and (G−n)/G to other nodes over the network (n GPUs per node), both links
+    busy at once: latency + max(NVLink bytes / (link · link_eff), network bytes /
+    (internode · internode_eff)). With one node this is (T/G) · k · hidden · s · (G−1)/G over NVLink.
     """
     t = np.asarray(tokens, dtype=np.float64)
     g = parallel.gpus
@@ -235,8 +259,11 @@ def collective_ms(hw: HardwareSpec, model: ModelSpec, tokens: ArrayLike, *, dtyp
     if parallel.mode == "tp":
         one = lat_ms + 2 * (g - 1) / g * t * model.hidden * dtype_bytes * per_byte_ms
         return 2 * model.num_layers * one
-    one = lat_ms + (t / g) * model.experts_per_token * model.hidden * dtype_bytes * (g - 1) / g * per_byte_ms
-    return 2 * model.moe_layers * one
+    sent = (t / g) * model.experts_per_token * model.hidden * dtype_bytes  # bytes each GPU sends
+    local = parallel.gpus_per_node
+    nvlink_ms = sent * (local - 1) / g * per_byte_ms  # to the other GPUs of its node
+    network_ms = sent * (g - local) / g * 1e3 / (hw.internode_bytes_per_s * hw.internode_eff)
+    return 2 * model.moe_layers * (lat_ms + np.maximum(nvlink_ms, network_ms))  # both links at once
 
 
 def _roofline_ms(
@@ -255,12 +282,21 @@ def dense_verify_ms(
 
     max(bytes / (bandwidth × mem_eff), FLOPs / (peak × compute_eff)) per GPU over the weights
     read, the new tokens' KV writes and the activations (the GEMMs, norms and LM head, which
-    run whatever the batch's contexts are), plus the step's collectives and hw.step_overhead_ms.
+    run whatever the batch's contexts are), plus the step's collectives (`overlapped`: added,
+    or hidden under the compute with dual-batch overlap) and hw.step_overhead_ms.
     """
     b = dense_bytes(model, tokens, dtype_bytes=dtype_bytes, parallel=parallel)
     f = verify_flops(model, tokens) / parallel.gpus
-    return (_roofline_ms(hw, b, f, dtype_bytes) + hw.step_overhead_ms
-            + collective_ms(hw, model, tokens, dtype_bytes=dtype_bytes, parallel=parallel))
+    return hw.step_overhead_ms + overlapped(
+        _roofline_ms(hw, b, f, dtype_bytes),
+        collective_ms(hw, model, tokens, dtype_bytes=dtype_bytes, parallel=parallel), parallel)
+
+
+def overlapped(compute_ms: ArrayLike, comm_ms: ArrayLike, parallel: Parallelism) -> NDArray[np.float64]:
+    """A step's kernels and its collectives: their sum, or with dual-batch overlap (two
+    micro-batches, each one's communication running under the other's compute) the larger."""
+    c, m = np.asarray(compute_ms, dtype=np.float64), np.asarray(comm_ms, dtype=np.float64)
+    return np.maximum(c, m) if parallel.micro_batches == 2 else c + m
 
 
 def attention_ms(
@@ -742,6 +778,7 @@ def _card(
         "graph_capture_sizes": sizes,
         "gpus_per_replica": g,
         "parallelism": {"gpus": g, "mode": parallel.mode, "kv_split": parallel.kv_split(model),
+                        "nodes": parallel.nodes, "micro_batches": parallel.micro_batches,
                         "graph_sizes": ("per replica: G x each GPU's captured sizes (data-parallel "
                                         "attention splits the tokens evenly)" if parallel.mode == "dp-ep"
                                         else "per replica: every GPU runs all the step's tokens"),
@@ -842,7 +879,7 @@ def analytic_profile(
     `parallel` spreads the replica over its GPUs; a replica whose weights do not fit them is
     an error naming the figures.
     """
-    parallel.check(model)
+    parallel.check(model, hw)
     if dtype not in DTYPE_BYTES:
         raise ConfigError(f"dtype={dtype!r} is not one of {list(DTYPE_BYTES)}")
     dtype_bytes = DTYPE_BYTES[dtype]

@@ -35,7 +35,7 @@ def test_the_default_run_verifies_at_most_what_its_drafter_drafts(name: str) -> 
 
 
 def test_the_traces_are_cut_to_the_drafters_block_and_an_explicit_larger_block_is_refused() -> None:
-    prof, traces, _ = _inputs("h200x8-deepseek-v3-analytic")
+    _, traces, _ = _inputs("h200x8-deepseek-v3-analytic")
     assert traces.gamma == 5 and traces.card["truncated_from_gamma"] == 7  # type: ignore[attr-defined]
     with pytest.raises(ConfigError, match=r"trace_block=7 is more than drafter 'dspark-5'.*\(5 positions\)"):
         _inputs("h200x8-deepseek-v3-analytic", trace_block=7)

@@ -8,6 +8,7 @@ its bytes and pays collectives. Each rule is checked at its limits.
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import numpy as np
@@ -144,3 +145,46 @@ def test_a_deepseek_profile_loads_with_its_gpus_and_compute_bound_attention(tmp_
     assert prof.gpus_per_replica == 8 and set(prof.drafters) == {"dspark-5", "mtp-1"}
     assert prof.drafter("mtp-1").kind == "mtp" and prof.attention_compute_coef_ms > 0
     assert prof.kv_capacity_tokens() > 1_000_000
+
+
+def test_a_multi_node_all_to_all_sends_the_off_node_share_over_the_network() -> None:
+    """32 GPUs on 4 nodes: of each GPU's dispatch, 7/32 goes to its node's other GPUs over
+    NVLink and 24/32 to other nodes over the network, both at once; the slower decides."""
+    h800 = GPUS["h800"]
+    t = np.array([1024.0, 8192.0])
+    ep = Parallelism(32, "dp-ep", nodes=4)
+    sent = (t / 32) * DSV3.experts_per_token * DSV3.hidden * 1  # FP8 bytes each GPU sends
+    nvlink = sent * 7 / 32 * 1e3 / (h800.link_bytes_per_s * h800.link_eff)
+    network = sent * 24 / 32 * 1e3 / (h800.internode_bytes_per_s * h800.internode_eff)
+    assert np.all(network > nvlink)  # 50 GB/s of InfiniBand is the bottleneck
+    want = 2 * DSV3.moe_layers * (h800.collective_latency_us / 1e3 + network)
+    np.testing.assert_allclose(collective_ms(h800, DSV3, t, dtype_bytes=1, parallel=ep), want, rtol=1e-12)
+    # one node of the same 8 GPUs: NVLink only, as before
+    one = Parallelism(8, "dp-ep")
+    nv8 = (t / 8) * DSV3.experts_per_token * DSV3.hidden * 7 / 8 * 1e3 / (h800.link_bytes_per_s * h800.link_eff)
+    np.testing.assert_allclose(collective_ms(h800, DSV3, t, dtype_bytes=1, parallel=one),
+                               2 * DSV3.moe_layers * (h800.collective_latency_us / 1e3 + nv8), rtol=1e-12)
+
+
+def test_dual_batch_overlap_pays_the_larger_of_compute_and_communication_not_their_sum() -> None:
+    h800 = GPUS["h800"]
+    t = np.array([64.0, 4096.0])
+    plain, dbo = Parallelism(32, "dp-ep", nodes=4), Parallelism(32, "dp-ep", nodes=4, micro_batches=2)
+    comm = collective_ms(h800, DSV3, t, dtype_bytes=1, parallel=plain)
+    summed = dense_verify_ms(h800, DSV3, t, dtype_bytes=1, parallel=plain) - h800.step_overhead_ms
+    compute = summed - comm
+    hidden = dense_verify_ms(h800, DSV3, t, dtype_bytes=1, parallel=dbo) - h800.step_overhead_ms
+    np.testing.assert_allclose(hidden, np.maximum(compute, comm), rtol=1e-12)
+    assert np.all(hidden < summed)
+
+
+@pytest.mark.parametrize(("parallel", "needle"), [
+    (Parallelism(32, "dp-ep", nodes=3), "nodes=3 must be >= 1 and divide gpus=32"),
+    (Parallelism(16, "tp", nodes=2), "only dp-ep spans nodes"),
+    (Parallelism(32, "dp-ep", nodes=2), "16 per node; a NVIDIA H800 SXM5 80GB node has 8"),
+    (Parallelism(8, "dp-ep", micro_batches=3), "micro_batches=3 must be 1 or 2"),
+])
+def test_a_layout_the_hardware_cannot_take_is_an_error_naming_the_numbers(
+        parallel: Parallelism, needle: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(needle)):
+        parallel.check(DSV3, GPUS["h800"])

@@ -35,6 +35,8 @@ def analytic(
     drafters: str = typer.Option("", "--drafters", help="drafter tables to write, the first the default: dspark-5 (block), mtp-1 (chained MTP), eagle3 (autoregressive; dense targets); default: every preset for the model"),
     gpus: int = typer.Option(1, "--gpus", help="GPUs per replica"),
     parallel: str = typer.Option("tp", "--parallel", help="tp (tensor parallel) or dp-ep (data-parallel attention, expert-parallel MoE)"),
+    nodes: int = typer.Option(1, "--nodes", help="machines the replica spans (dp-ep): all-to-alls cross the inter-node network"),
+    micro_batches: int = typer.Option(1, "--micro-batches", help="2: dual-batch overlap (communication hidden behind the other micro-batch's compute)"),
     gamma: int | None = typer.Option(None, "--gamma", help="most positions each drafter drafts (DSpark's block size γ; default: each preset's, 7 for dense targets, 5 for DeepSeek's)"),
     draft_layers: int = typer.Option(5, "--draft-layers", help="DSpark backbone layers (target width)"),
     draft_context: int = typer.Option(0, "--draft-context", help="context the draft tables are tabulated at, tokens (0: the engine adds each drafter's KV reads at the batch's real context)"),
