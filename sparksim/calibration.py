@@ -316,8 +316,7 @@ def predict(run: MeasuredRun, profile: Path, work: Path) -> pd.DataFrame:
     a request still unfinished when the replay ends counts the time it waited until then)."""
     work.mkdir(parents=True, exist_ok=True)
     csv = work / f"{run.name}-arrivals.csv"
-    if not csv.exists():
-        run.requests[replay_columns(run)].to_csv(csv, index=False)
+    run.requests[replay_columns(run)].to_csv(csv, index=False)  # always: settings may differ by call
     sc = parse_scenario(replay_scenario(run, profile, csv))
     req = simulate(sc).requests.set_index("request_id").reindex(range(len(run.requests)))
     end = sc.run.duration_s
