@@ -577,6 +577,12 @@ def calibrated_card(card: dict[str, Any], result: Calibration, runs: Sequence[Me
     out = dict(card)
     out["source"] = "calibrated"
     out["command"] = command
+    params = {k: dict(v) for k, v in (card.get("parameters") or {}).items()}
+    for k in result.values:
+        if k in params:  # the value is the fitted one: say so where the value is listed
+            params[k]["source"] = (f"calibrated: fitted to calibration.runs (default {result.defaults[k]:g}: "
+                                   f"{params[k].get('source', '')})")
+    out["parameters"] = params
     out["calibration"] = {
         "base_command": card["command"],
         "runs": [{"name": r.name, "file": str(r.path), "sha256": r.sha256(), "requests": len(r.requests),

@@ -193,6 +193,7 @@ def test_the_cli_writes_a_calibrated_profile_whose_card_says_what_it_was_fitted_
     assert {(h["run"], h["stage"]) for h in cal["held_out"]} == {("r1", 0), ("r1", 1), ("r2", 0), ("r2", 1)}
     assert "drafter" in cal["kept"]
     assert card["parameters"]["compute_eff"]["value"] == cal["fitted"]["compute_eff"]["value"]
+    assert card["parameters"]["compute_eff"]["source"].startswith("calibrated: fitted")
     assert "held out" in result.output
     bad = CliRunner().invoke(app, ["profile", "calibrate", "--profile", str(BASE), "--out", str(out),
                                    "--runs", str(paths[0])])
