@@ -250,13 +250,17 @@ def _bounded_by_drafter(scenario: Scenario, profile: Profile, traces: TraceSet) 
     """Cut the traces to the positions the scenario's drafter drafts: a policy never verifies
     a position that was never drafted.
 
-    `trace_block` defaults to the drafter's block (its table's most positions: a DSpark
-    block, or γ for an MTP module); an explicit `trace_block` above it is an error naming
-    both. A plain-decoding policy, or a profile without draft tables, keeps the traces' γ.
+    `trace_block` defaults to the drafter's block (its card's `gamma`: a DSpark block, or γ
+    for an MTP module; else its table's most positions); an explicit `trace_block` above it
+    is an error naming both. A plain-decoding policy, or a profile without draft tables, keeps the traces' γ.
     """
-    table = profile.drafter(scenario.policy.drafter) if profile.drafters else None
-    top = table.max_positions if table is not None else None
+    known = scenario.policy.drafter is None or scenario.policy.drafter in profile.drafters
+    table = profile.drafter(scenario.policy.drafter) if profile.drafters and known else None
     name = table.name if table is not None else ""
+    # the drafter's block as its card states it (a table may be profiled short of it, and
+    # extrapolates with a warning), else the most positions its table holds
+    block = ((profile.card.get("drafters") or {}).get(name) or {}).get("gamma") if table else None
+    top = int(block) if block is not None else (table.max_positions if table is not None else None)
     plain = scenario.policy.name == "static" and scenario.policy.params.get("gamma") == 0
     if scenario.trace_block is not None:
         if top is not None and not plain and scenario.trace_block > top:
