@@ -19,4 +19,5 @@ OUT_LEN = 8  # output tokens the request will emit in all
 DOM = 9  # domain index
 TRACE_CUR = 10  # which trace request it replays
 ADMIT_SEQ = 11  # first admission's order (preemption takes the newest)
-NUM_FIELDS = 12
+JOINED = 12  # 1 until its first step in the batch: its gap (ITL) runs from before it joined
+NUM_FIELDS = 13

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -192,6 +193,11 @@ class PolicyConfig(BaseModel):
         return dict(self.model_extra or {})
 
 
+# The most requests one run may send: a million take minutes on one core, so a scenario that
+# would send more is a typo (a rate in req/min, a horizon in ms) far more often than a plan.
+MAX_RUN_REQUESTS = 10_000_000
+
+
 class RecordsConfig(_Model):
     steps: bool = Field(True, description="keep the per-step table (memory grows with steps)")
 
@@ -232,7 +238,8 @@ class Scenario(_Model):
     traces: str = "traces/synth-dspark-qwen3-8b"
     trace_block: int | None = Field(
         None, gt=0, description="replay only the first k drafted positions of each traced block "
-        "(a drafter with a shorter block, e.g. DSpark-5 from γ = 7 traces; exact)"
+        "(a drafter with a shorter block, e.g. DSpark-5 from γ = 7 traces; exact); default: the "
+        "drafter's own block when it drafts fewer positions than the traces hold, and never more"
     )
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     workload: WorkloadConfig = Field(default_factory=WorkloadConfig)
@@ -246,6 +253,22 @@ class Scenario(_Model):
             raise ValueError(
                 f"run.warmup_s + run.cooldown_s ({self.run.warmup + self.run.cooldown:g}) must be "
                 f"shorter than run.duration_s ({self.run.duration_s:g})"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _arrivals_fit(self) -> Scenario:
+        """Refuse an open loop that would send more than MAX_RUN_REQUESTS within the horizon."""
+        wl, run = self.workload, self.run
+        if wl.kind not in ("poisson", "gamma"):
+            return self  # a closed loop sends as it finishes; a replay file is bounded on load
+        expected = min(wl.rate * run.duration_s, run.max_requests or math.inf)
+        if expected > MAX_RUN_REQUESTS:
+            raise ValueError(
+                f"workload.rate={wl.rate:g} req/s over run.duration_s={run.duration_s:g} would send "
+                f"{expected:,.0f} requests, more than the {MAX_RUN_REQUESTS:,} a run may simulate; "
+                f"lower workload.rate or run.duration_s (rate × duration ≤ {MAX_RUN_REQUESTS:,}), "
+                f"or cap arrivals with run.max_requests ≤ {MAX_RUN_REQUESTS:,}"
             )
         return self
 

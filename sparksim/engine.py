@@ -35,6 +35,7 @@ from sparksim.batch_layout import (
     CONTEXT,
     DOM,
     EMITTED,
+    JOINED,
     NUM_FIELDS,
     OUT_LEN,
     RID,
@@ -176,10 +177,14 @@ class Engine:
 
         cap = self.max_concurrency
         self.n = 0
-        self.state = np.zeros((NUM_FIELDS, cap), dtype=np.int64)
+        # The batch is a window of `cap` columns in buffers three times as wide, so `_rotate`
+        # moves columns into the slack on either side instead of shifting the whole batch.
+        self._state_buf = np.zeros((NUM_FIELDS, 3 * cap), dtype=np.int64)
         # when each slot's request last emitted (ITL after steps it sat out); kept in slot order
-        self.last_emit = np.full(cap, np.nan)
+        self._emit_buf = np.full(3 * cap, np.nan)
+        self._place(cap)
         self._irregular = False  # some running request sat out a step since it last emitted
+        self._joins_pending = False  # some slot may hold JOINED = 1 (False: none does)
         self.active: dict[int, Request] = {}
         self.queue: deque[Request] = deque()
         self.prefilling: deque[Request] = deque()
@@ -193,9 +198,6 @@ class Engine:
         self.ctx_sum = 0  # Σ context over the running batch (its mean prices attention)
         self.step_index = 0
         self.admit_counter = 0
-        # ITL: requests that joined since the last step, with when they last emitted; their
-        # first gap in the batch is not one step long (transfer, queueing, recompute)
-        self._joined_at: dict[int, float] = {}
         self._idle: simpy.Event | None = None
         self.process = env.process(self._loop())
 
@@ -281,15 +283,16 @@ class Engine:
         """Move a request whose KV is complete into the running batch."""
         i = self.n
         rid = req.spec.request_id
-        # one column write, fields in the order ROW .. ADMIT_SEQ
+        # one column write, fields in the order ROW .. JOINED; its first gap in the batch runs
+        # from its last emission (transfer, queueing, recompute), not from the last step
         self.state[:, i] = (
             req.row, req.emitted, req.context, req.decode_steps, req.verified, req.accepted, rid,
-            req.row_end, req.spec.output_tokens, req.spec.domain, req.trace_current, req.admit_seq,
+            req.row_end, req.spec.output_tokens, req.spec.domain, req.trace_current, req.admit_seq, 1,
         )
         self.active[rid] = req
         self.ctx_sum += req.context
-        self._joined_at[rid] = req.last_emit_at
         self.last_emit[i] = req.last_emit_at
+        self._joins_pending = True
         self.n += 1
         if req.row >= req.row_end and req.emitted < req.spec.output_tokens:
             self._continue_traces(np.array([i]))
@@ -297,10 +300,9 @@ class Engine:
     def _park(self, i: int) -> Request:
         """Copy slot i's hot state back into its Request (on finish or preemption)."""
         (row, emitted, context, steps, verified, accepted, rid, row_end, _out, _dom, trace_cur,
-         _seq) = self.state[:, i].tolist()
+         _seq, _joined) = self.state[:, i].tolist()
         req = self.active.pop(rid)
         self.ctx_sum -= context
-        self._joined_at.pop(rid, None)
         req.row, req.row_end, req.emitted, req.context = row, row_end, emitted, context
         req.decode_steps, req.verified, req.accepted, req.trace_current = steps, verified, accepted, trace_cur
         return req
@@ -310,6 +312,58 @@ class Engine:
         self.state[:, :n_new] = self.state[:, : self.n][:, keep]
         self.last_emit[:n_new] = self.last_emit[: self.n][keep]
         self.n = n_new
+
+    def _place(self, head: int) -> None:
+        """Make the batch the window of the buffers that starts at column `head`."""
+        self._head = head
+        self.state = self._state_buf[:, head : head + self.max_concurrency]
+        self.last_emit = self._emit_buf[head : head + self.max_concurrency]
+
+    def _rotate(self, stepped: int) -> None:
+        """Move running slots 0..stepped-1 behind the rest (DistServe's rotation of a capped batch).
+
+        Copies the smaller side, min(stepped, n − stepped) columns, into the buffers' slack and
+        moves the window over it; when the slack on that side runs out the window first moves
+        back to the middle (n columns, once per `cap` columns rotated at most).
+        """
+        n, cap, head = self.n, self.max_concurrency, self._head
+        waiting = n - stepped
+        if stepped <= waiting:  # the stepped ones go behind the waiting ones
+            if head + stepped > 2 * cap:
+                head = self._recentre()
+            self._state_buf[:, head + n : head + n + stepped] = self._state_buf[:, head : head + stepped]
+            self._emit_buf[head + n : head + n + stepped] = self._emit_buf[head : head + stepped]
+            self._place(head + stepped)
+        else:  # the waiting ones go in front of the stepped ones
+            if head < waiting:
+                head = self._recentre()
+            self._state_buf[:, head - waiting : head] = self._state_buf[:, head + stepped : head + n]
+            self._emit_buf[head - waiting : head] = self._emit_buf[head + stepped : head + n]
+            self._place(head - waiting)
+
+    def _step_out(self, going_on: NDArray[np.bool_], m: int) -> None:
+        """After a capped step: the first m slots stepped; those `going_on` queue behind the
+        slots that waited, the rest (finished, already parked) leave the batch.
+
+        The same order as `_compact` then `_rotate`, but copies only the m stepped columns,
+        not the whole batch: under the context cap most of a long batch waits.
+        """
+        cap, head, n = self.max_concurrency, self._head, self.n
+        if head + m > 2 * cap:
+            head = self._recentre()
+        keep = np.flatnonzero(going_on) + head
+        self._state_buf[:, head + n : head + n + keep.size] = self._state_buf[:, keep]
+        self._emit_buf[head + n : head + n + keep.size] = self._emit_buf[keep]
+        self.n = n - m + keep.size
+        self._place(head + m)
+
+    def _recentre(self) -> int:
+        """Move the batch's n columns to the buffers' middle third; return where it starts."""
+        cap, head, n = self.max_concurrency, self._head, self.n
+        self._state_buf[:, cap : cap + n] = self._state_buf[:, head : head + n].copy()
+        self._emit_buf[cap : cap + n] = self._emit_buf[head : head + n].copy()
+        self._place(cap)
+        return cap
 
     def _continue_traces(self, idx: NDArray[np.int64]) -> None:
         """Requests past the end of their trace request continue on another of the same domain."""
@@ -507,26 +561,30 @@ class Engine:
                 stats.window_emitted_decode += emitted_total
                 if not verified:  # m pairs (ℓ = 0, accepted = 0)
                     stats.joint[0] += m
-            elif m == n:
-                self._joined_at.clear()
-            else:
-                for i in range(m):
-                    self._joined_at.pop(int(st[RID, i]), None)
             self.last_emit[:m] = now
+            if self._joins_pending:
+                st[JOINED, :m] = 0
+                self._joins_pending = m < n  # the ones that sat out keep theirs
             stepped = m
             if any_done:
                 done = st[EMITTED, : self.n] >= st[OUT_LEN, : self.n]
                 stepped -= int(done[:m].sum())
                 finished = [self._park(int(i)) for i in np.flatnonzero(done)]
-                self._compact(~done)  # before the callbacks: a closed-loop user resubmits
-                for req in finished:  # at once, and routing must see this replica's load
+                # before the callbacks: a closed-loop user resubmits at once, and routing must
+                # see this replica's load
+                if m < n:  # capped: leave and rotate in one move of the m stepped columns
+                    self._step_out(~done[:m], m)
+                    stepped = 0
+                else:
+                    self._compact(~done)
+                for req in finished:
                     self._free(req)
                     req.finish_at = req.last_emit_at = now
                     self.finish(req)
             if m < n and 0 < stepped < self.n:
                 # the stepped requests queue behind the ones that waited (DistServe's rotation)
-                st[:, : self.n] = np.roll(st[:, : self.n], -stepped, axis=1)
-                self.last_emit[: self.n] = np.roll(self.last_emit[: self.n], -stepped)
+                self._rotate(stepped)
+            st = self.state
             if any_past:  # some request ran out of trace rows
                 past = st[ROW, : self.n] >= st[ROW_END, : self.n]
                 self._continue_traces(np.flatnonzero(past))
@@ -547,16 +605,18 @@ class Engine:
         the context cap), every gap is read from its slot's last emission.
         """
         stats = self.stats
-        joined = self._joined_at
-        if not irregular:
-            for last_at in joined.values():
-                stats.add_itl(now - last_at, 1)
-            stats.add_itl(step_s, n - len(joined))
-            joined.clear()
+        if irregular:
+            stats.add_itls(now - self.last_emit[:m])
             return
-        for i in range(m):
-            joined.pop(int(self.state[RID, i]), None)
-            stats.add_itl(now - float(self.last_emit[i]), 1)
+        # the joined ones, in slot order, which is the order they joined in: joins append, and
+        # compaction and rotation keep the order of the slots that have not stepped yet
+        num_joined = 0
+        if self._joins_pending:
+            joined = np.flatnonzero(self.state[JOINED, :n])
+            for last_at in self.last_emit[joined].tolist():  # a few: the ones that just joined
+                stats.add_itl(now - last_at, 1)
+            num_joined = joined.size
+        stats.add_itl(step_s, n - num_joined)
 
     def _checked(self, answer: Any, m: int, fixed: int) -> NDArray[np.int64]:
         """Return the policy's answer as ℓ, or raise PolicyError naming the policy, step and value.

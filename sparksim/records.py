@@ -98,18 +98,22 @@ class Columns:
         return len(self._arrays[0]) + len(self._pending)
 
     def to_frame(self) -> pd.DataFrame:
+        """Return the table as a DataFrame (its own copy: the columns may grow on)."""
         self.flush()
+        # views, not copies: a DataFrame built from a dict copies its columns, so one copy of
+        # a long run's table is made, not two (the views go when this returns)
         data = {
-            k: np.frombuffer(v, dtype=np.float64 if self.schema[k] == "d" else np.int64).copy()
+            k: np.frombuffer(v, dtype=np.float64 if self.schema[k] == "d" else np.int64)
             for k, v in self.cols.items()
         }
-        return pd.DataFrame(data)
+        return pd.DataFrame(data, copy=True)
 
 
 # ITL histogram: log-spaced bins from 1 µs to 1000 s, 200 per decade (≤ 0.6 % bin width).
 _ITL_LO = 1e-6
 _ITL_PER_DECADE = 200
 _ITL_BINS = 9 * _ITL_PER_DECADE + 2
+_ITL_LOG_LO = math.log10(_ITL_LO)
 
 
 def itl_bin(gap_s: float) -> int:
@@ -117,6 +121,27 @@ def itl_bin(gap_s: float) -> int:
     if gap_s <= _ITL_LO:
         return 0
     return min(int(math.log10(gap_s / _ITL_LO) * _ITL_PER_DECADE) + 1, _ITL_BINS - 1)
+
+
+def itl_bins(gaps_s: NDArray[np.float64]) -> NDArray[np.int64]:
+    """Return `itl_bin` of each gap (seconds, none NaN), computed for the whole array at once.
+
+    numpy's logarithm may differ from `itl_bin`'s in the last bits, which moves a gap across
+    a bin edge only when its scaled logarithm is within rounding of an integer: those few
+    (and every gap at or below 1 µs, scaled to 0) are binned by `itl_bin` itself, so every
+    bin is the one the scalar function gives.
+    """
+    scaled = np.log10(np.maximum(gaps_s, _ITL_LO))
+    scaled -= _ITL_LOG_LO
+    scaled *= _ITL_PER_DECADE
+    bins = scaled.astype(np.int64)
+    bins += 1
+    np.minimum(bins, _ITL_BINS - 1, out=bins)
+    edge = np.abs(scaled - np.rint(scaled)) < 1e-6
+    if edge.any():
+        for i in np.flatnonzero(edge).tolist():
+            bins[i] = itl_bin(float(gaps_s[i]))
+    return bins
 
 
 def itl_bin_value(idx: NDArray[np.int64]) -> NDArray[np.float64]:
@@ -143,7 +168,6 @@ class StreamStats:
     def __post_init__(self) -> None:
         self.itl_hist = np.zeros(_ITL_BINS, dtype=np.int64)
         self.joint = np.zeros((self.gamma + 1) ** 2, dtype=np.int64)
-        self._bins: dict[float, int] = {}
 
     @classmethod
     def for_run(cls, run: RunConfig, gamma: int) -> StreamStats:
@@ -157,12 +181,22 @@ class StreamStats:
         """Record `count` inter-token gaps of `gap_s` seconds (a NaN gap, of unknown start, is skipped)."""
         if count <= 0 or gap_s != gap_s:
             return
-        b = self._bins.get(gap_s)
-        if b is None:  # step times repeat (a profile is a table), so bins are memoised
-            b = self._bins[gap_s] = itl_bin(gap_s)
-        self.itl_hist[b] += count
+        self.itl_hist[itl_bin(gap_s)] += count
         self.itl_sum_s += gap_s * count
         self.itl_count += count
+
+    def add_itls(self, gaps_s: NDArray[np.float64]) -> None:
+        """Record one inter-token gap per entry of `gaps_s`, as `add_itl(gap, 1)` for each in turn.
+
+        The running sum is added left to right (`np.add.accumulate`, not a pairwise sum), so
+        the mean is the same float as one call per gap.
+        """
+        gaps_s = gaps_s[gaps_s == gaps_s]  # a NaN gap, of unknown start, is skipped
+        if not gaps_s.size:
+            return
+        np.add.at(self.itl_hist, itl_bins(gaps_s), 1)
+        self.itl_sum_s = float(np.add.accumulate(np.concatenate(([self.itl_sum_s], gaps_s)))[-1])
+        self.itl_count += int(gaps_s.size)
 
     def itl_quantiles(self, qs: list[float]) -> list[float]:
         """Return ITL quantiles (seconds) from the histogram; nan if no gap was recorded."""

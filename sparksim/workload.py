@@ -17,11 +17,11 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
-from sparksim.config import LengthDist, PrefixConfig, WorkloadConfig
+from sparksim.config import MAX_RUN_REQUESTS, LengthDist, PrefixConfig, WorkloadConfig
 from sparksim.errors import ConfigError, FormatError
 from sparksim.traces.format import TraceSet
 
-MAX_REPLAY_ROWS = 10_000_000
+MAX_REPLAY_ROWS = MAX_RUN_REQUESTS
 
 
 @dataclass(slots=True)

@@ -92,3 +92,20 @@ def test_a_live_run_says_which_real_drafter_it_ran(sloped_profile: Path, varied_
     summary["live"] = {}  # plain decoding: no drafter loaded
     console.print(summary_table(replace(result, summary=summary)))
     assert "│ drafter run │ none │ plain decoding │" in " ".join(console.export_text().split())
+
+
+def test_a_piped_run_prints_progress_lines_instead_of_a_bar(
+    sloped_profile: Path, varied_traces: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Why: a bar on a pipe shows nothing until the end, so a long run in a CI log looks hung.
+    import sparksim.cli.run as run_cli
+
+    monkeypatch.setattr(run_cli, "PROGRESS_EVERY_S", 0.0)  # a line at every progress call
+    args = ["run", "--policy", "static", "--set", f"profile={sloped_profile}", "--set",
+            f"traces={varied_traces}", "--set", "run.duration_s=3", "--out"]
+    result = runner.invoke(app, [*args, str(tmp_path / "a")])
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.output.splitlines() if line.startswith("simulating ")]
+    assert len(lines) > 10 and lines[0].endswith("s wall") and "/3 sim-s" in lines[0]
+    quiet = runner.invoke(app, [*args, str(tmp_path / "b"), "-q"])
+    assert "simulating " not in quiet.output

@@ -147,3 +147,17 @@ def test_an_arrivals_csv_problem_names_the_row_as_a_person_counts_it(tmp_path: P
         load_arrivals(csv, ["math"])
     assert "column 'prompt_tokens' row 2 is 0 (must be >= 1)" in str(err.value)
     assert "np.float64" not in str(err.value)
+
+
+@pytest.mark.parametrize("kind", ["poisson", "gamma"])
+def test_an_open_loop_that_cannot_fit_its_horizon_is_refused_with_the_count_and_the_fix(kind: str) -> None:
+    # Why: rate=1e9 (a typo for a rate per minute, a horizon in ms) would otherwise run for
+    # hours before anyone saw a figure; the refusal says how many and what to lower.
+    with pytest.raises(ConfigError) as err:
+        load_scenario(None, [f"workload.kind={kind}", "workload.rate=1e9"])
+    msg = str(err.value)
+    assert "60,000,000,000 requests" in msg and "10,000,000" in msg
+    assert "workload.rate" in msg and "run.duration_s" in msg and "run.max_requests" in msg
+    # capped arrivals, or a rate that fits, pass
+    load_scenario(None, [f"workload.kind={kind}", "workload.rate=1e9", "run.max_requests=1000"])
+    load_scenario(None, [f"workload.kind={kind}", "workload.rate=1e5"])

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +18,8 @@ from sparksim.metric_names import shown
 
 if TYPE_CHECKING:
     from sparksim.runner import RunResult
+
+PROGRESS_EVERY_S = 5.0  # a piped run's progress lines: about one per this many wall seconds
 
 SHOWN = (
     *shown("output_throughput", "tput_per_gpu", "interactivity", "mean_acceptance_length",
@@ -75,6 +79,27 @@ def summary_table(result: RunResult) -> Table:
     return table
 
 
+def progress_lines(label: str, horizon_s: float, every_s: float | None = None) -> Callable[[float], None]:
+    """Return a progress callback that prints a line to stderr at most every `every_s` wall
+    seconds (default PROGRESS_EVERY_S).
+
+    For a run whose stderr is not a terminal (a pipe, a CI log): a bar there would print
+    nothing until the end, and a long run would look hung.
+    """
+    every_s = PROGRESS_EVERY_S if every_s is None else every_s
+    start_s = last_s = time.monotonic()
+
+    def show(now: float) -> None:
+        nonlocal last_s
+        wall_s = time.monotonic()
+        if wall_s - last_s >= every_s and now < horizon_s:
+            last_s = wall_s
+            err_console.print(f"simulating {label}: {now:,.1f}/{horizon_s:g} sim-s, "
+                              f"{wall_s - start_s:,.0f} s wall", highlight=False, soft_wrap=True)
+
+    return show
+
+
 @friendly_errors
 def run(
     scenario: Path | None = typer.Argument(None, help="scenario YAML (default: the embedded default)"),
@@ -104,15 +129,18 @@ def run(
         warnings.simplefilter("always")
         inputs = load_inputs(sc, base, strict=strict)
         horizon = sc.run.duration_s
+        label = f"{sc.name} · {sc.policy.name}"
+        piped = not quiet and not err_console.is_terminal  # a log file gets lines, not a bar
         with Progress(
             TextColumn("[bold]simulating[/] {task.description}"), BarColumn(),
             TextColumn("{task.fields[sim]:>8.1f}/{task.total:.0f} sim-s"), TimeElapsedColumn(),
-            console=err_console, disable=quiet, transient=True,
+            console=err_console, disable=quiet or piped, transient=True,
         ) as bar:
-            task = bar.add_task(f"{sc.name} · {sc.policy.name}", total=horizon, sim=0.0)
+            task = bar.add_task(label, total=horizon, sim=0.0)
             result = simulate(
                 sc, base, strict=strict, check=check, inputs=inputs,
-                progress=lambda now: bar.update(task, completed=now, sim=now),
+                progress=progress_lines(label, horizon) if piped
+                else lambda now: bar.update(task, completed=now, sim=now),
             )
     given = run_warnings(caught, result.summary)
     for message in given:
