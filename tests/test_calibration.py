@@ -187,6 +187,7 @@ def test_the_cli_writes_a_calibrated_profile_whose_card_says_what_it_was_fitted_
     assert result.exit_code == 0, result.output
     card = yaml.safe_load((out / "card.yaml").read_text())
     assert card["source"] == "calibrated"
+    assert card["command"].startswith(f"sparksim profile calibrate --profile {BASE} --out {out} --runs")
     cal = card["calibration"]
     assert [r["name"] for r in cal["runs"]] == ["r1", "r2"] and len(cal["runs"][0]["sha256"]) == 64
     assert cal["fitted"]["compute_eff"]["value"] == pytest.approx(0.5, rel=0.05)

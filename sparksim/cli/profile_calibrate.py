@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shlex
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -92,7 +91,12 @@ def calibrate(
     result = cal.fit(max_steps)
     loro = held_out_errors(profile, measured, names, max_steps=max_steps,
                            progress=say) if held_out and len(measured) > 1 else None
-    command = "sparksim " + shlex.join(sys.argv[1:])
+    command = shlex.join([
+        "sparksim", "profile", "calibrate", "--profile", str(profile), "--out", str(out),
+        *[a for r in runs for a in ("--runs", str(r))],
+        *(["--engine", str(engine)] if engine is not None else ["--vllm-flags", vllm_flags]),
+        "--fit", ",".join(names), "--max-steps", str(max_steps),
+        "--held-out" if held_out else "--no-held-out"])
     verify, extra, base_card = cal.tables_with(result.values)
     write_profile(out, verify, calibrated_card(base_card, result, measured, loro, command), extra=extra)
     load_profile(out)  # it reads back
