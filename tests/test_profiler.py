@@ -203,19 +203,21 @@ def test_a_single_context_is_refused_before_any_timing(
 def test_draft_cost_grows_with_the_positions_drafted(tmp_path: Path) -> None:
     # Policies that verify fewer drafts should also draft fewer; that only pays if the table
     # shows a block of p positions costs less than the full block of γ.
-    cfg = SweepConfig(spec=TINY, device="cpu", dtype="fp32", tokens=[4, 16], contexts=[32, 64],
-                      replays=5, warmup=1, tokens_per_request=4,
+    # 4 and 16 requests: at 1 request the steps are so short (~0.5 ms) that this VM's noise
+    # and the first point's warm-up outweigh the trend
+    cfg = SweepConfig(spec=TINY, device="cpu", dtype="fp32", tokens=[16, 64], contexts=[32, 64],
+                      replays=7, warmup=3, tokens_per_request=4,
                       drafter=DrafterShape(num_layers=1, gamma=6), draft_context=32)
     drafts = run_draft_sweep(cfg)
-    assert [(d.requests, d.positions) for d in drafts] == [(r, p) for r in (1, 4) for p in range(1, 7)]
+    assert [(d.requests, d.positions) for d in drafts] == [(r, p) for r in (4, 16) for p in range(1, 7)]
     ms = {(d.requests, d.positions): d.timing.median_ms for d in drafts if d.timing is not None}
-    for r in (1, 4):
-        assert ms[(r, 6)] > ms[(r, 1)], ms
-        # the trend over all six block sizes, not one neighbouring pair: on a shared 2-core VM
-        # two sizes 3 positions apart (0.93 against 0.98 ms) can swap order in one run
+    for r in (4, 16):
+        # the trend over all six block sizes, not a pair: on a shared 2-core VM two sizes 3
+        # positions apart (0.93 against 0.98 ms) swapped order in one run, and the first point
+        # timed (1 request, 1 position: 0.71 against 0.66 ms for 6) in another
         slope = np.polyfit(np.arange(1, 7), [ms[(r, p)] for p in range(1, 7)], 1)[0]
         assert slope > 0, ms
-    points = fake_grid([4, 16], [32, 64], 4, {1: 1e-3, 4: 1e-3})
+    points = fake_grid([16, 64], [32, 64], 4, {4: 1e-3, 16: 1e-3})
     out = write_measured_profile(tmp_path / "p", cfg, points, drafts, "sparksim profile ...")
     table = load_profile(out).drafter("dspark-1")
     assert table is not None and table.ms.shape == (6, 2)

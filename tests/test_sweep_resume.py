@@ -100,7 +100,7 @@ def sweep_process(profile: Path, traces: Path, out: Path) -> subprocess.Popen[st
     args = [sys.executable, "-c", "from sparksim.cli import main; main()", "sweep",
             "--vary", "workload.concurrency=4,8,16,32,64,128", "--policy", "static:gamma=1",
             "--policy", "static:gamma=3", "--workers", "2", "--out", str(out)]
-    for s in tiny_base(profile, traces, duration_s=2000):
+    for s in tiny_base(profile, traces, duration_s=800):
         args += ["--set", s]
     env = {**os.environ, "COLUMNS": "200"}
     return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -141,7 +141,7 @@ def test_ctrl_c_stops_a_sweep_in_one_line_and_keeps_its_finished_points(
     proc = sweep_process(sloped_profile, varied_traces, out)
     wait_for_a_finished_point(proc, out / "points")
     os.killpg(proc.pid, signal.SIGINT)
-    stdout, stderr = proc.communicate(timeout=60)
+    stdout, stderr = proc.communicate(timeout=180)
     assert proc.returncode == 130, stdout + stderr
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
     said = [line for line in stderr.splitlines() if line.strip()]
