@@ -75,3 +75,8 @@ def stop_pool(pool: ProcessPoolExecutor) -> None:
         proc.terminate()
     for proc in procs:
         proc.join(timeout=5)
+    # Its manager thread sees the workers gone and ends: joined here rather than left to the
+    # interpreter's exit (one CI run, with workers still compiling their kernels, printed an
+    # ignored-exception traceback from threading._shutdown; not reproduced since, with or
+    # without this line)
+    pool.shutdown(wait=True)

@@ -100,7 +100,7 @@ def sweep_process(profile: Path, traces: Path, out: Path) -> subprocess.Popen[st
     args = [sys.executable, "-c", "from sparksim.cli import main; main()", "sweep",
             "--vary", "workload.concurrency=4,8,16,32,64,128", "--policy", "static:gamma=1",
             "--policy", "static:gamma=3", "--workers", "2", "--out", str(out)]
-    for s in tiny_base(profile, traces, duration_s=800):
+    for s in tiny_base(profile, traces, duration_s=2000):
         args += ["--set", s]
     env = {**os.environ, "COLUMNS": "200"}
     return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
