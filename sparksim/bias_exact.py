@@ -227,7 +227,9 @@ class PathDecider:
         new = copy.copy(self.policy)
         state = new.__dict__
         for key, value in state.items():
-            if isinstance(value, deque | list | dict | set | np.ndarray):
+            # a helper object that holds history (the engines' rules' stale confidences) says
+            # so with `copied_per_path`; sharing it would let one path's decision feed another's
+            if isinstance(value, deque | list | dict | set | np.ndarray) or getattr(value, "copied_per_path", False):
                 state[key] = copy.copy(value)
         return new
 

@@ -164,6 +164,8 @@ class Engine:
         self.loop = bool(profile.loop_table)
         self.max_context_tokens = cl.max_context_tokens or (1 << 62)
         self.observes = type(policy).observe is not Policy.observe  # skip a no-op call per step
+        self.asks_drafting = type(policy).drafts_at is not Policy.drafts_at
+        self._drafting = False
         # the most drafts a request may verify: the positions drafted, within the trace's block
         self.max_length = min(self.draft_positions, traces.gamma) if self.drafts else 0
         self._zeros = np.zeros(scenario.cluster.max_concurrency, dtype=np.int64)  # ℓ of plain steps
@@ -454,15 +456,19 @@ class Engine:
                 continue
             step = self._plan(loop_s)
             lengths, batch, decision_s = self._decide(step)
-            verified = int(lengths.sum()) if batch is not None else 0
-            price = step.cost.price(lengths, verified)
+            verified = priced = int(lengths.sum()) if batch is not None else 0
+            if batch is not None and self.policy.pays_full_block:
+                priced = step.m * batch.gamma
+                price = step.cost.price(np.full(step.m, batch.gamma, dtype=np.int64), priced)
+            else:
+                price = step.cost.price(lengths, verified)
             step_s = price.draft_s + price.verify_s + decision_s  # the loop's time was waited above
             yield env.timeout(step_s)
             emitted, accepted = self._apply(step, lengths, verified, batch, step_s)
             if self.step_records is not None:
                 self.step_records.append_row(StepRecord(
                     self.replica, self.step_index, step.start_at, step_s, price.draft_s, price.verify_s,
-                    price.kv_s, decision_s, step.m, step.cost.base_tokens + verified,
+                    price.kv_s, decision_s, step.m, step.cost.base_tokens + priced,
                     step.cost.prefill_tokens, verified, accepted, emitted,
                     step.cost.context, step.kv_tokens,
                 ))
@@ -486,7 +492,8 @@ class Engine:
         irregular = self._irregular or m < n  # some gap is not one step long
         self._irregular = m < n
         kv_tokens = self.ctx_sum if m == n else int(self.state[CONTEXT, :m].sum())
-        drafting = self.drafts and m > 0
+        drafting = self.drafts and m > 0 and (not self.asks_drafting or self.policy.drafts_at(m))
+        self._drafting = drafting  # a step without drafts verifies none (`_decide`)
         decision_s = 0.0  # known before the policy runs (sync pipeline), so its Θ counts it
         if drafting and self.sync_decision:
             decision_s = (self.profile.decision_s(self.policy.name, m) if self.profiled_decision
@@ -503,7 +510,7 @@ class Engine:
     def _decide(self, step: _Step) -> tuple[NDArray[np.int64], StepBatch | None, float]:
         """Ask the policy for ℓ (plain decoding and prompt-only steps verify nothing) and check it."""
         m = step.m
-        if not (self.drafts and m):
+        if not self._drafting:
             return self._zeros[:m], None, step.decision_s
         st = self.state
         rows = st[ROW, :m]

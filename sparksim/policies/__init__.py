@@ -45,6 +45,13 @@ def _load_extra() -> None:
         ("smartspec", "SmartSpec"),
         ("dynamic_sd", "DynamicSD"),
         ("threshold", "Threshold"),
+        # the engines' rules (issue 25): each module cites the engine commit it follows
+        ("vllm_adaptive", "VllmAdaptive"),
+        ("sglang_dspark", "SglangDspark"),
+        ("sglang_steps", "SglangAdaptiveSteps"),
+        ("trtllm", "TrtllmThreshold"),
+        ("trtllm", "TrtllmPlanner"),
+        ("atom", "AtomSchedule"),
     ):
         try:
             module = importlib.import_module(f"sparksim.policies.{mod}")

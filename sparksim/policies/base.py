@@ -103,6 +103,9 @@ class Policy(abc.ABC):
     paper: ClassVar[str] = ""  # paper section or source
     upper_bound: ClassVar[bool] = False  # reads information no real engine has
     reads_outcome: ClassVar[bool] = False  # needs StepBatch.accepted (the oracle)
+    # the target runs every request's whole block whatever ℓ commits (SGLang's cap-accept):
+    # the engine prices γ per request and replays acceptance on ℓ
+    pays_full_block: bool = False
 
     def __init__(self, block: int) -> None:
         if block < 0:
@@ -133,6 +136,16 @@ class Policy(abc.ABC):
     @abc.abstractmethod
     def decide(self, batch: StepBatch) -> Lengths:
         """Return ℓ, the number of drafts to verify for each request, shape (R,), 0 ≤ ℓ ≤ γ."""
+
+    def drafts_at(self, requests: int) -> bool:
+        """Whether the drafter runs this step, for a step of `requests` decode requests.
+
+        Asked before the step is priced; the default drafts every step. A policy that
+        sometimes verifies nothing by design (SGLang's adaptive step count at 0) says so
+        here, and the step then costs no draft and asks it for no lengths.
+        """
+        del requests
+        return True
 
     def observe(self, batch: StepBatch, lengths: Lengths, num_accepted: NDArray[np.int64]) -> None:
         """Learn from a finished step: `num_accepted[r]` of the `lengths[r]` verified drafts passed.
