@@ -33,7 +33,7 @@ from sparksim.hardware import GPU_MEMORY_UTILIZATION
 
 LookupMode = Literal["step", "linear"]
 KvModel = Literal["per-request", "legacy-grid", "none"]
-SOURCES = ("measured", "analytic", "calibrated", "published", "synthetic")
+SOURCES = ("measured", "analytic", "calibrated", "published", "synthetic", "imported")
 CARD_REQUIRED = ("source", "hardware", "model", "dtype", "date", "command")
 VERIFY_REQUIRED = ("tokens", "step_ms")
 VERIFY_OPTIONAL = ("context", "p10_ms", "p90_ms", "min_ms", "max_ms")

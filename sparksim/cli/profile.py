@@ -14,6 +14,7 @@ import typer
 from sparksim.cli.common import console, err_console, friendly_errors
 from sparksim.cli.profile_analytic import analytic
 from sparksim.cli.profile_calibrate import calibrate
+from sparksim.cli.profile_tables import export, import_
 from sparksim.errors import ConfigError
 
 app = typer.Typer(
@@ -24,6 +25,8 @@ app = typer.Typer(
 )
 app.command("analytic")(analytic)
 app.command("calibrate")(calibrate)
+app.command("export")(export)
+app.command("import")(import_)
 
 
 @app.command("fitted")

@@ -18,9 +18,10 @@ Rule, each step:
 - No EMA (the PR text's `adaptive_verification_ema_alpha` shipped in no release), no
   per-request minimum, no calibration. Without profiled costs vLLM refuses to start, so
   there is no flat table: `table` is `exact` (sparksim's price, the default), `profiled`
-  (the start-up tables: a step function up to the largest captured size, at
-  VLLM_ADAPTIVE_VERIFICATION_PROFILE_CONTEXT_LEN = 8,192 tokens of context) or a
-  vLLM-Ascend cost-profile file.
+  (whole steps at B = R·(γ+1) on the profilers' request grid at
+  VLLM_ADAPTIVE_VERIFICATION_PROFILE_CONTEXT_LEN = 8,192 tokens of context, a step function
+  between them: vLLM's start-up tables time the captured sizes and split draft from verify,
+  which this approximates) or a vLLM-Ascend cost-profile file.
 
 Lossless: K reads only the previous block's confidences and this step's shape; the fresh
 survivals only rank slots within K (the paper's two-step split, §5.2; `lag=0` sizes K from

@@ -19,7 +19,7 @@ from sparksim.report.page import Section, esc, paragraph
 # Card keys shown in the facts table, in this order (the whole card follows, folded).
 CARD_FACTS = ("source", "command", "date", "hardware", "gpu", "model", "dtype", "target", "drafter", "gamma",
               "temperature", "engine", "note")
-SOURCES = ("measured", "recorded", "calibrated", "published", "analytic", "synthetic")
+SOURCES = ("measured", "recorded", "calibrated", "published", "imported", "analytic", "synthetic")
 
 
 def find_card(ref: str, recorded: str | None = None) -> Path | None:

@@ -35,7 +35,7 @@ table.sortable th[aria-sort="descending"]::after { content: " ▼"; }
 pre { background: #f6f8fa; padding: 8px 12px; overflow-x: auto; font-size: 0.85em; }
 code { background: #f6f8fa; padding: 1px 4px; }
 .badge { display: inline-block; padding: 1px 8px; border-radius: 10px; font-size: 0.85em; color: #fff; }
-.measured, .recorded { background: #1a7f37; } .calibrated, .published { background: #0969da; }
+.measured, .recorded { background: #1a7f37; } .calibrated, .published, .imported { background: #0969da; }
 .analytic { background: #8250df; } .synthetic { background: #bf8700; } .unknown { background: #6e7781; }
 .warn { background: #fff8c5; border: 1px solid #d4a72c; padding: 6px 10px; margin: 6px 0; }
 .figure { margin: 8px 0 4px; }
