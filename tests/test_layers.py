@@ -19,7 +19,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "hardware", "metric_names", "data"),
     ("config", "atomic"),
     ("models", "profile", "pricing", "roofline", "analytic", "fitted", "traces", "batch_layout", "kernels",
-     "acceptance", "records"),
+     "acceptance", "records", "engine_tables"),
     ("policies",),
     ("invariants", "workload", "prefix_cache", "engine", "cluster", "metrics", "runner", "validation"),
     ("sweep", "sweep_pool", "sweep_store", "capacity", "calibration", "frontier", "crosscheck", "biaslab", "bias_exact",
