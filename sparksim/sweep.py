@@ -3,7 +3,8 @@
 Each grid point is an independent simulation at the scenario's seed (so policies at one
 point see the same users and requests: paired comparisons), so a sweep is embarrassingly
 parallel: local worker processes by default, or Ray tasks when a Ray
-cluster is available (`backend="ray"`), with the same function on both.
+cluster is available (`backend="ray"`, `RAY_ADDRESS` for an existing one), with the same
+function on both; the inputs travel with Ray's tasks (`sparksim.sweep_ray`).
 Each finished point is saved at once (`sweep_store.PointStore`), so a rerun resumes; local
 workers ignore Ctrl-C and die with the sweep (`sweep_pool`).
 Pareto analysis lives here too: frontiers of throughput per GPU against tokens per second
@@ -254,10 +255,16 @@ def run_rows(
         except ImportError:
             raise MissingExtraError('ray is not installed; install the ray extra: pip install -e ".[ray]"') from None
 
-        if not ray.is_initialized():
-            ray.init(ignore_reinit_error=True)
-        remote = ray.remote(row)
-        refs = {remote.remote(scenario_path, list(base_sets), points[i]): i for i in todo}
+        from sparksim.sweep_ray import run_shipped, ship
+
+        if not ray.is_initialized():  # RAY_ADDRESS: an existing cluster; else a local one
+            ray.init(address=os.environ.get("RAY_ADDRESS") or None, ignore_reinit_error=True)
+        # the workers may be on nodes without this disk: every input goes with the tasks
+        bundle, how = ship(scenario_path, base_sets, [points[i] for i in todo])
+        blobs = ray.put(bundle.blobs)
+        remote = ray.remote(run_shipped).options(scheduling_strategy="SPREAD")
+        refs = {remote.remote(row, blobs, scenario_path, list(base_sets), points[i], how[k]): i
+                for k, i in enumerate(todo)}
         pending = list(refs)
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)

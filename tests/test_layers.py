@@ -22,7 +22,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
      "acceptance", "records", "engine_tables"),
     ("policies",),
     ("invariants", "workload", "prefix_cache", "engine", "cluster", "metrics", "runner", "validation"),
-    ("sweep", "sweep_pool", "sweep_store", "capacity", "calibration", "frontier", "crosscheck", "biaslab", "bias_exact",
+    ("sweep", "sweep_pool", "sweep_store", "sweep_ray", "capacity", "calibration", "frontier", "crosscheck", "biaslab", "bias_exact",
      "plotting", "report", "live", "profiling", "drafter"),
     ("cli",),
 )
