@@ -25,13 +25,15 @@ OPTION_DEFAULTS: dict[str, Any] = {
     "compute_eff": None, "mem_eff": None, "attn_compute_eff": None, "attn_mem_eff": None,
     "link_eff": None, "step_overhead_ms": None, "launch_us": None, "kernels_per_layer": None,
     "capture_sizes": "vllm", "max_capture_size": 512, "max_tokens": 8192, "drafters": "",
-    "gpus": 1, "parallel": "tp", "nodes": 1, "micro_batches": 1, "gamma": None, "draft_layers": 5, "draft_context": 0,
+    "gpus": 1, "parallel": "tp", "nodes": 1, "micro_batches": 1,
+    "redundant_experts": 0, "expert_imbalance": 1.0, "gamma": None, "draft_layers": 5, "draft_context": 0,
     "max_requests": 1024,
 }
-_INT_OPTIONS = {"kernels_per_layer", "max_capture_size", "max_tokens", "gpus", "nodes", "micro_batches", "gamma",
+_INT_OPTIONS = {"kernels_per_layer", "max_capture_size", "max_tokens", "gpus", "nodes", "micro_batches",
+                "redundant_experts", "gamma",
                 "draft_layers", "draft_context", "max_requests"}
 _FLOAT_OPTIONS = {"compute_eff", "mem_eff", "attn_compute_eff", "attn_mem_eff", "link_eff",
-                  "step_overhead_ms", "launch_us"}
+                  "step_overhead_ms", "launch_us", "expert_imbalance"}
 # the HardwareSpec fields `profile analytic` takes as options (None: the preset's)
 HW_OPTIONS = ("compute_eff", "mem_eff", "attn_compute_eff", "attn_mem_eff", "link_eff",
               "step_overhead_ms", "launch_us", "kernels_per_layer")
@@ -62,6 +64,7 @@ def build_analytic(opts: dict[str, Any]) -> tuple[pd.DataFrame, dict[str, pd.Dat
     capture_sizes, max_capture_size, max_tokens = opts["capture_sizes"], opts["max_capture_size"], opts["max_tokens"]
     drafters, gpus, parallel, gamma = opts["drafters"], opts["gpus"], opts["parallel"], opts["gamma"]
     nodes, micro_batches = opts["nodes"], opts["micro_batches"]
+    redundant_experts, expert_imbalance = opts["redundant_experts"], opts["expert_imbalance"]
     draft_layers, draft_context, max_requests = opts["draft_layers"], opts["draft_context"], opts["max_requests"]
     preset = get_gpu(gpu)
     overrides = {key: opts[key] for key in HW_OPTIONS if opts.get(key) is not None}
@@ -96,13 +99,15 @@ def build_analytic(opts: dict[str, Any]) -> tuple[pd.DataFrame, dict[str, pd.Dat
         "--gpus", str(gpus), "--parallel", parallel,
         *(["--nodes", str(nodes)] if nodes != 1 else []),
         *(["--micro-batches", str(micro_batches)] if micro_batches != 1 else []),
+        *(["--redundant-experts", str(redundant_experts)] if redundant_experts else []),
+        *(["--expert-imbalance", f"{expert_imbalance:g}"] if expert_imbalance != 1.0 else []),
         "--draft-layers", str(draft_layers), "--draft-context", str(draft_context),
         "--max-requests", str(max_requests),
     ]
     verify, extra, card = analytic_profile(
         hw, spec, dtype=dtype, capture_sizes=sizes, max_tokens=max_tokens, drafters=shapes,
         draft_context=draft_context, max_requests=max_requests, command=shlex.join(argv),
-        parallel=Parallelism(gpus, parallel, nodes, micro_batches),
+        parallel=Parallelism(gpus, parallel, nodes, micro_batches, redundant_experts, expert_imbalance),
     )
     card = {**{k: card.pop(k) for k in ("source", "hardware")}, "gpu": gpu.lower(), **card}
     return verify, extra, card, target

@@ -12,6 +12,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
 from sparksim.errors import ConfigError
 
 # The share of HBM an engine may use, vLLM's default (`--gpu-memory-utilization`): the one
@@ -87,6 +90,69 @@ MEASURED_EFFICIENCY: dict[str, dict[str, Any]] = {
     "b200": {"compute_eff": 0.67, "mem_eff": 0.68, "attn_mem_eff": 0.85, "attn_compute_eff": 0.55,
              "link_eff": 0.76},
 }
+
+# DeepGEMM's grouped FP8 GEMMs for MoE on H800 SXM5 (deepseek-ai/DeepGEMM README.md at commit
+# 55ab91f, 2025-03-25, "Grouped GEMMs for MoE models": the masked layout DeepEP's low-latency
+# decode feeds, the contiguous one prefill uses), one row per published shape:
+# (layout, groups, M per group, N, K, TFLOPS). N = 4096, K = 7168 is DeepSeek-V3's expert gate-up
+# (2 x 2048 by hidden 7168); N = 7168, K = 2048 its down projection.
+DEEPGEMM_GROUPED_FP8_H800: tuple[tuple[str, int, int, int, int, float], ...] = (
+    ("masked", 4, 256, 4096, 7168, 932.0), ("masked", 4, 256, 7168, 2048, 815.0),
+    ("masked", 2, 512, 4096, 7168, 1040.0), ("masked", 2, 512, 7168, 2048, 916.0),
+    ("masked", 1, 1024, 4096, 7168, 1233.0), ("masked", 1, 1024, 7168, 2048, 925.0),
+    ("contiguous", 8, 4096, 4096, 7168, 1346.0), ("contiguous", 8, 4096, 7168, 2048, 1214.0),
+    ("contiguous", 4, 8192, 4096, 7168, 1346.0), ("contiguous", 4, 8192, 7168, 2048, 1214.0),
+)
+H800_FP8_PEAK_FLOPS = 1978.9e12  # the table's denominator: the H800's dense FP8 peak (H100 silicon)
+
+
+def grouped_gemm_points() -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Return (tokens per expert, fraction of dense FP8 peak) at each M of DeepGEMM's table.
+
+    At each M an expert's SwiGLU runs both published shapes, gate-up then down, so its
+    efficiency is their FLOP-weighted harmonic mean: total FLOPs over the two kernels' time.
+    """
+    by_m: dict[int, list[tuple[float, float]]] = {}
+    for _layout, _groups, m, n, k, tflops in DEEPGEMM_GROUPED_FP8_H800:
+        by_m.setdefault(m, []).append((2.0 * m * n * k, tflops * 1e12))
+    ms = sorted(by_m)
+    eff = [sum(f for f, _ in by_m[m]) / sum(f / r for f, r in by_m[m]) / H800_FP8_PEAK_FLOPS for m in ms]
+    return np.asarray(ms, dtype=np.float64), np.asarray(eff, dtype=np.float64)
+
+
+def grouped_gemm_eff(tokens_per_expert: ArrayLike) -> NDArray[np.float64]:
+    """Return the fraction of dense FP8 peak a routed expert's grouped GEMM reaches at
+    `tokens_per_expert` tokens, from DeepGEMM's published table (`grouped_gemm_points`).
+
+    Piecewise linear in log2(tokens) between the published Ms (256..8192), held flat outside
+    them: below 256 tokens an expert's GEMM is weight-read-bound (its FLOPs hide under the
+    bytes), above 8192 the table is flat already. Monotone non-decreasing, as the points are.
+    """
+    ms, eff = grouped_gemm_points()
+    t = np.maximum(np.asarray(tokens_per_expert, dtype=np.float64), 1.0)
+    return np.interp(np.log2(t), np.log2(ms), eff)
+
+
+# FlashMLA's dense MLA decoding kernel on H800 SXM5 (deepseek-ai/FlashMLA README.md at commit
+# 066b5ba, "Performance"): "up to 3000 GB/s in memory-bound configuration and 660 TFLOPS in
+# computation-bound configuration" (580 TFLOPS before the 2025-04-22 kernel). It reads a BF16 KV
+# cache and multiplies in BF16 (its support matrix: dense decoding, SM90, KV cache BF16), as
+# DeepSeek's service does ("core MLA computations ... use the BF16 format": its inference-system
+# overview, open-infra-index 202502OpenSourceWeek day 6). As fractions of the H800's HBM (3.35 TB/s)
+# and dense BF16 peak (989.4 TFLOPS); carried to the other chips (no published MLA figure).
+FLASHMLA_H800 = {"mem_bytes_per_s": 3000e9, "bf16_flops": 660e12}
+MLA_ATTN_MEM_EFF = FLASHMLA_H800["mem_bytes_per_s"] / 3.35e12
+MLA_ATTN_COMPUTE_EFF = FLASHMLA_H800["bf16_flops"] / 989.4e12
+MLA_KV_DTYPE_BYTES = 2  # FlashMLA's dense decoding reads a BF16 cache
+MLA_SOURCE = ("FlashMLA README (deepseek-ai/FlashMLA @ 066b5ba): dense MLA decoding on H800 SXM5 up to "
+              "3000 GB/s memory-bound (3000/3350 = 0.896 of HBM) and 660 TFLOPS BF16 compute-bound "
+              "(660/989.4 = 0.667 of dense BF16 peak), BF16 KV cache (its support matrix; DeepSeek's "
+              "inference-system overview: core MLA computations in BF16); other chips: H800's carried")
+GROUPED_GEMM_SOURCE = ("DeepGEMM README (deepseek-ai/DeepGEMM @ 55ab91f, 2025-03-25), grouped FP8 GEMMs on "
+                       "H800: masked M=256/512/1024 (932/815, 1040/916, 1233/925 TFLOPS) and contiguous "
+                       "M=4096/8192 (1346/1214) for N,K = 4096,7168 / 7168,2048; per M the FLOP-weighted "
+                       "harmonic mean of the two shapes over 1978.9 TFLOPS, interpolated in log2(tokens "
+                       "per expert), flat outside 256..8192; other chips: the fractions carried")
 
 # Bytes per element of each dtype sparksim knows (weights, KV cache, activations).
 DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
@@ -199,6 +265,10 @@ FIELD_SOURCES: dict[str, str] = {
     "way (DeepSeek-V3 technical report, arXiv 2412.19437, §3.2.2)",
     "internode_eff": "measured, published: DeepEP README, normal kernels on H800 + CX7 400 Gb/s, "
     "internode EP 16 dispatch/combine 43 GB/s (RDMA) of 50 (EP 32-64: 50-58 with adaptive routing)",
+    "expert_imbalance": "measured, published (a Parallelism field, not the GPU's): max/mean routed tokens "
+    "per GPU of an MoE layer. TensorRT-LLM examples/wide_ep/ep_load_balancer/README.md (@ 2a595f8): "
+    "DeepSeek-R1 on EP36 with 288 slots (32 redundant) and offline EPLB, imbalance ratio (max-mean)/mean "
+    "averaged over layers 0.115 -> 1.115; without EPLB on EP32 1.564 -> 2.564. Default 1.0 (ideal)",
     "collective_latency_us": "published: vLLM's custom all-reduce on H100 takes 10-13 us for small "
     "messages (sglang PR #2904: 10.1 us at 512 B, tp 8; vllm PR #24111: 13 us at 0.5 MB); plain "
     "NCCL 20-25 us; 10 us taken",

@@ -26,7 +26,19 @@ from numpy.typing import ArrayLike, NDArray
 
 from sparksim.errors import ConfigError
 from sparksim.hardware import DTYPE_BYTES as HW_DTYPE_BYTES
-from sparksim.hardware import FIELD_SOURCES, GPU_MEMORY_UTILIZATION, GPUS, HardwareSpec, get_gpu
+from sparksim.hardware import (
+    FIELD_SOURCES,
+    GPU_MEMORY_UTILIZATION,
+    GPUS,
+    GROUPED_GEMM_SOURCE,
+    MLA_ATTN_COMPUTE_EFF,
+    MLA_ATTN_MEM_EFF,
+    MLA_KV_DTYPE_BYTES,
+    MLA_SOURCE,
+    HardwareSpec,
+    get_gpu,
+    grouped_gemm_eff,
+)
 from sparksim.models import ModelSpec
 
 __all__ = [
@@ -52,12 +64,15 @@ __all__ = [
     "get_gpu",
     "graph_draft_ms",
     "graph_verify_ms",
+    "grouped_gemm_eff",
+    "kv_dtype_bytes",
     "ladder",
     "overlapped",
     "pad_to_capture",
     "prefill_attention_coef_ms",
     "roofline_draft_ms",
     "roofline_verify_ms",
+    "routed_compute_ms",
     "verify_flops",
 ]
 
@@ -130,16 +145,29 @@ class Parallelism:
     - `micro_batches=2` (dual-batch overlap, DeepSeek's inference system): the step runs as
       two micro-batches whose communication overlaps the other's compute, so it pays the
       larger of its kernels' time and its collectives', not their sum.
+    - `redundant_experts=N` (dp-ep; DeepSeek's EPLB): N extra copies of hot experts, so the
+      GPUs host E + N expert slots, (E + N) / G each (DeepSeek-V3: 256 + 32 = 288, 2 per GPU
+      on its EP144 decode units, 9 on its EP32 prefill units: its inference-system overview).
+    - `expert_imbalance` (dp-ep): max/mean routed tokens over the GPUs of an MoE layer; the
+      layer waits for its most-loaded GPU, so its routed-expert FLOPs and its all-to-all
+      bytes are that GPU's (1.0: ideal; FIELD_SOURCES["expert_imbalance"] has the published
+      figures, 1.115 with EPLB and 32 redundant experts).
     """
 
     gpus: int = 1
     mode: str = "tp"  # tp | dp-ep
     nodes: int = 1  # machines the replica spans (dp-ep only): all-to-alls cross the inter-node network
     micro_batches: int = 1  # 2: dual-batch overlap, one micro-batch's communication hides behind the other's compute
+    redundant_experts: int = 0  # dp-ep: extra expert slots holding copies of hot experts (EPLB)
+    expert_imbalance: float = 1.0  # dp-ep: max/mean routed tokens per GPU (1.0: ideal)
 
     @property
     def gpus_per_node(self) -> int:
         return self.gpus // self.nodes
+
+    def expert_slots(self, model: ModelSpec) -> int:
+        """Routed-expert slots per MoE layer over the replica: the experts plus their copies."""
+        return model.num_experts + self.redundant_experts
 
     def check(self, model: ModelSpec, hw: HardwareSpec | None = None) -> None:
         """Raise ConfigError for a split the model (or the GPU's node) cannot take, naming the numbers."""
@@ -160,9 +188,17 @@ class Parallelism:
         if self.mode == "tp" and model.num_heads % self.gpus:
             raise ConfigError(f"tp over gpus={self.gpus} does not divide {model.name}'s "
                               f"num_heads={model.num_heads}")
-        if self.mode == "dp-ep" and (not model.is_moe or model.num_experts % self.gpus):
-            raise ConfigError(f"dp-ep over gpus={self.gpus} needs an MoE model whose num_experts "
-                              f"divides by it ({model.name}: num_experts={model.num_experts})")
+        if self.redundant_experts < 0 or (self.redundant_experts and self.mode != "dp-ep"):
+            raise ConfigError(f"redundant_experts={self.redundant_experts} must be >= 0, and only "
+                              "dp-ep hosts copies of experts")
+        if not self.expert_imbalance >= 1.0 or (self.expert_imbalance != 1.0 and self.mode != "dp-ep"):
+            raise ConfigError(f"expert_imbalance={self.expert_imbalance} must be >= 1 (max/mean tokens "
+                              "per GPU), and only dp-ep divides experts between GPUs (tp splits each)")
+        if self.mode == "dp-ep" and (not model.is_moe or self.expert_slots(model) % self.gpus):
+            raise ConfigError(
+                f"dp-ep over gpus={self.gpus} needs an MoE model whose num_experts + redundant_experts "
+                f"divides by it ({model.name}: num_experts={model.num_experts} + redundant_experts="
+                f"{self.redundant_experts} = {self.expert_slots(model)} slots)")
 
     def kv_split(self, model: ModelSpec) -> int:
         """GPUs the KV cache is divided over (the rest hold copies)."""
@@ -174,6 +210,26 @@ class Parallelism:
 
 
 SINGLE = Parallelism()
+
+
+def kv_dtype_bytes(model: ModelSpec, dtype_bytes: int) -> int:
+    """Bytes per KV-cache element: the profile's dtype, but BF16 for MLA (FlashMLA's dense
+    decoding reads only a BF16 cache, and DeepSeek's service keeps core MLA in BF16)."""
+    return MLA_KV_DTYPE_BYTES if model.is_mla else dtype_bytes
+
+
+def _slots_touched(model: ModelSpec, parallel: Parallelism, tokens: ArrayLike) -> NDArray[np.float64]:
+    """Expected routed-expert slots one MoE layer reads over the replica for `tokens` tokens.
+
+    Without copies, the distinct experts touched (`ModelSpec.experts_touched`). With N
+    redundant copies EPLB spreads the load over the E + N slots, each picked with probability
+    k / (E + N) per token: (E + N)·(1 − (1 − k/(E + N))^T), k at T = 1 and E + N as T grows.
+    """
+    t = np.asarray(tokens, dtype=np.float64)
+    if not parallel.redundant_experts:
+        return model.experts_touched(t)
+    slots = float(parallel.expert_slots(model))
+    return slots * (1.0 - (1.0 - model.experts_per_token / slots) ** t)
 
 
 def _layer_act_elems(model: ModelSpec) -> int:
@@ -225,9 +281,11 @@ def dense_bytes(model: ModelSpec, tokens: ArrayLike, *, dtype_bytes: int = 2,
     t = np.asarray(tokens, dtype=np.float64)
     g = parallel.gpus
     read = model.weights_read(t)
-    if parallel.mode == "dp-ep":  # all but the routed experts are on every GPU
+    if parallel.mode == "dp-ep":  # all but the routed experts are on every GPU; each GPU reads
+        # the touched slots it hosts, 1/G of them
         routed = model.moe_layers * model.experts_touched(t) * model.expert_params
-        weights = (read - routed) + routed / g
+        slots = model.moe_layers * _slots_touched(model, parallel, t) * model.expert_params
+        weights = (read - routed) + slots / g
     else:
         weights = read / g
     kv_elems = model.kv_bytes_per_token * g / parallel.kv_split(model)  # copies kept, all GPUs
@@ -235,7 +293,7 @@ def dense_bytes(model: ModelSpec, tokens: ArrayLike, *, dtype_bytes: int = 2,
         dtype_bytes * (model.num_layers * _layer_act_elems(model) + model.hidden)
         + LOGIT_BYTES * model.vocab
     )
-    return dtype_bytes * weights + (t * kv_elems * dtype_bytes + acts) / g
+    return dtype_bytes * weights + (t * kv_elems * kv_dtype_bytes(model, dtype_bytes) + acts) / g
 
 
 def collective_ms(hw: HardwareSpec, model: ModelSpec, tokens: ArrayLike, *, dtype_bytes: int = 2,
@@ -249,6 +307,7 @@ def collective_ms(hw: HardwareSpec, model: ModelSpec, tokens: ArrayLike, *, dtyp
     over NVLink and (G−n)/G to other nodes over the network (n GPUs per node), both links
     busy at once: latency + max(NVLink bytes / (link · link_eff), network bytes /
     (internode · internode_eff)). With one node this is (T/G) · k · hidden · s · (G−1)/G over NVLink.
+    An all-to-all ends when its most-loaded receiver does: the bytes are × `expert_imbalance`.
     """
     t = np.asarray(tokens, dtype=np.float64)
     g = parallel.gpus
@@ -259,7 +318,8 @@ def collective_ms(hw: HardwareSpec, model: ModelSpec, tokens: ArrayLike, *, dtyp
     if parallel.mode == "tp":
         one = lat_ms + 2 * (g - 1) / g * t * model.hidden * dtype_bytes * per_byte_ms
         return 2 * model.num_layers * one
-    sent = (t / g) * model.experts_per_token * model.hidden * dtype_bytes  # bytes each GPU sends
+    # bytes each GPU sends, and the most-loaded GPU receives
+    sent = (t / g) * model.experts_per_token * model.hidden * dtype_bytes * parallel.expert_imbalance
     local = parallel.gpus_per_node
     nvlink_ms = sent * (local - 1) / g * per_byte_ms  # to the other GPUs of its node
     network_ms = sent * (g - local) / g * 1e3 / (hw.internode_bytes_per_s * hw.internode_eff)
@@ -267,11 +327,48 @@ def collective_ms(hw: HardwareSpec, model: ModelSpec, tokens: ArrayLike, *, dtyp
 
 
 def _roofline_ms(
-    hw: HardwareSpec, bytes_moved: NDArray[np.float64], flops: NDArray[np.float64], dtype_bytes: int
+    hw: HardwareSpec, bytes_moved: NDArray[np.float64], flops: NDArray[np.float64], dtype_bytes: int,
+    routed_ms: ArrayLike = 0.0,
 ) -> NDArray[np.float64]:
+    """max(bytes / achieved bandwidth, FLOPs / achieved peak + the routed experts' GEMM time)."""
     mem_s = bytes_moved / (hw.mem_bytes_per_s * hw.mem_eff)
     compute_s = flops / (hw.peak_for(dtype_bytes) * hw.compute_eff)
-    return np.maximum(mem_s, compute_s) * 1e3
+    return np.maximum(mem_s * 1e3, compute_s * 1e3 + np.asarray(routed_ms, dtype=np.float64))
+
+
+def _routed_priced_apart(model: ModelSpec, dtype_bytes: int, parallel: Parallelism) -> bool:
+    """Whether the routed experts' GEMMs get their own price: DeepGEMM's table covers FP8
+    grouped GEMMs, and an uneven expert load slows them alone. Otherwise they are GEMMs like
+    the rest, summed with them (so BF16 MoE profiles keep their numbers to the last bit)."""
+    return model.is_moe and (dtype_bytes == 1 or parallel.expert_imbalance != 1.0)
+
+
+def _routed_flops(model: ModelSpec, expert_layers: int, tokens: ArrayLike) -> NDArray[np.float64]:
+    """FLOPs of the routed experts' GEMMs: each token through its k experts in `expert_layers` layers."""
+    return (2.0 * expert_layers * model.experts_per_token * model.expert_params
+            * np.asarray(tokens, dtype=np.float64))
+
+
+def routed_compute_ms(hw: HardwareSpec, model: ModelSpec, tokens: ArrayLike, *, expert_layers: int,
+                      dtype_bytes: int = 2, parallel: Parallelism = SINGLE) -> NDArray[np.float64]:
+    """Return the compute time in ms of the routed experts' GEMMs on the replica's busiest GPU.
+
+    Its FLOPs are 1/G of the step's routed FLOPs × `expert_imbalance` (the layer waits for its
+    most-loaded GPU), at DeepGEMM's grouped-GEMM efficiency for that GPU's tokens per expert
+    slot (imbalance × T·k / (E + N)) when the MoE runs in FP8 (`grouped_gemm_eff`), else at
+    compute_eff like every other GEMM. 0 for a dense model.
+    """
+    t = np.asarray(tokens, dtype=np.float64)
+    if not model.is_moe:
+        return np.zeros_like(t)
+    imbalance = parallel.expert_imbalance
+    flops = _routed_flops(model, expert_layers, t) / parallel.gpus * imbalance
+    if model.is_moe and dtype_bytes == 1:  # DeepGEMM's grouped FP8 kernels
+        per_expert = imbalance * t * model.experts_per_token / parallel.expert_slots(model)
+        eff = grouped_gemm_eff(per_expert)
+    else:
+        eff = np.full(t.shape, hw.compute_eff)
+    return flops / (hw.peak_for(dtype_bytes) * eff) * 1e3
 
 
 def dense_verify_ms(
@@ -287,8 +384,13 @@ def dense_verify_ms(
     """
     b = dense_bytes(model, tokens, dtype_bytes=dtype_bytes, parallel=parallel)
     f = verify_flops(model, tokens) / parallel.gpus
+    routed: ArrayLike = 0.0
+    if _routed_priced_apart(model, dtype_bytes, parallel):  # the routed experts at their own price
+        f = f - _routed_flops(model, model.moe_layers, tokens) / parallel.gpus
+        routed = routed_compute_ms(hw, model, tokens, expert_layers=model.moe_layers,
+                                   dtype_bytes=dtype_bytes, parallel=parallel)
     return hw.step_overhead_ms + overlapped(
-        _roofline_ms(hw, b, f, dtype_bytes),
+        _roofline_ms(hw, b, f, dtype_bytes, routed),
         collective_ms(hw, model, tokens, dtype_bytes=dtype_bytes, parallel=parallel), parallel)
 
 
@@ -308,19 +410,27 @@ def attention_ms(
     The cache is divided over `parallel.kv_split` GPUs (the others hold copies). GQA decode
     and verify attention stay memory-bound: a request verifying 1 + ℓ tokens does (1 + ℓ) ×
     heads / kv_heads FLOPs per KV byte (≤ 32 for Qwen3-8B at ℓ = 7), far below the ridge;
-    MLA's absorbed attention is not, and `attention_compute_coef_ms` prices its FLOPs.
+    MLA's absorbed attention is not, and `attention_compute_coef_ms` prices its FLOPs. MLA reads
+    its BF16 cache at FlashMLA's published bandwidth (`MLA_ATTN_MEM_EFF`), not attn_mem_eff.
     """
     kv = np.asarray(kv_tokens, dtype=np.float64)
     per_gpu = kv / parallel.kv_split(model)
-    return per_gpu * model.kv_bytes_per_token * dtype_bytes / (hw.mem_bytes_per_s * hw.attn_mem_eff) * 1e3
+    eff = MLA_ATTN_MEM_EFF if model.is_mla else hw.attn_mem_eff
+    return (per_gpu * model.kv_bytes_per_token * kv_dtype_bytes(model, dtype_bytes)
+            / (hw.mem_bytes_per_s * eff) * 1e3)
 
 
 def attention_compute_coef_ms(hw: HardwareSpec, model: ModelSpec, *, dtype_bytes: int = 2,
                               parallel: Parallelism = SINGLE) -> float:
     """Return ms per (query token × KV token) pair of decode/verify attention on the replica.
 
-    The engine prices a step's attention as max(KV read, this × Σ queries × context).
+    The engine prices a step's attention as max(KV read, this × Σ queries × context). MLA runs
+    in BF16 at FlashMLA's published compute-bound rate (`MLA_ATTN_COMPUTE_EFF` of the BF16 peak),
+    whatever the weights' dtype.
     """
+    if model.is_mla:
+        return model.attention_flops_per_pair / parallel.gpus / (
+            hw.peak_for(MLA_KV_DTYPE_BYTES) * MLA_ATTN_COMPUTE_EFF) * 1e3
     return model.attention_flops_per_pair / parallel.gpus / (
         hw.peak_for(dtype_bytes) * hw.attn_compute_eff) * 1e3
 
@@ -547,22 +657,23 @@ def draft_bytes(
     c = np.asarray(context, dtype=np.float64)
     p = np.asarray(d.gamma if positions is None else positions, dtype=np.float64)
     kv_elems = _drafter_kv_elems(model, d)
+    kv_s = kv_dtype_bytes(model, dtype_bytes)
     vocab = d.draft_vocab or model.vocab
     act_per_token = (dtype_bytes * (d.num_layers * _layer_act_elems(model) + model.hidden)
                      + LOGIT_BYTES * vocab)
     if d.kind != "block":  # every pass reads the weights and the context's KV again
         weights = dtype_bytes * (_drafter_layer_read(model, d, r) + _fc_params(model, d)
                                  + _head_params(model, d))
-        per_pass = weights + r * c * kv_elems * dtype_bytes + r * (
-            act_per_token + kv_elems * dtype_bytes)
+        per_pass = weights + r * c * kv_elems * kv_s + r * (
+            act_per_token + kv_elems * kv_s)
         return p * per_pass
     block = r * p
     weights = dtype_bytes * (_drafter_layer_read(model, d, block) + _fc_params(model, d)
                              + _head_params(model, d))
     injected = r * d.injected_tokens_per_request
     markov = p * dtype_bytes * d.markov_rank * vocab  # the sequential loop reads W2 per position
-    kv_read = r * (c + p) * kv_elems * dtype_bytes
-    kv_write = (injected + block) * kv_elems * dtype_bytes
+    kv_read = r * (c + p) * kv_elems * kv_s
+    kv_write = (injected + block) * kv_elems * kv_s
     acts = block * act_per_token + injected * dtype_bytes * (d.num_target_features + 1) * model.hidden
     return weights + markov + kv_read + kv_write + acts
 
@@ -603,19 +714,27 @@ def roofline_draft_ms(
     def per_gpu(total: NDArray[np.float64], tokens: NDArray[np.float64]) -> NDArray[np.float64]:
         if parallel.mode != "dp-ep":
             return total / g
-        # data-parallel attention: all but the routed experts is on every GPU
-        routed = (dtype_bytes * d.num_layers * model.experts_touched(tokens) * model.expert_params
-                  if d.moe else np.zeros_like(total))
-        return (total - routed) + routed / g
+        # data-parallel attention: all but the routed experts is on every GPU; each GPU reads
+        # the touched slots it hosts
+        if not d.moe:
+            return total
+        routed = dtype_bytes * d.num_layers * model.experts_touched(tokens) * model.expert_params
+        slots = dtype_bytes * d.num_layers * _slots_touched(model, parallel, tokens) * model.expert_params
+        return (total - routed) + slots / g
+
+    def roofline(b: NDArray[np.float64], f: NDArray[np.float64], tokens: NDArray[np.float64]) -> NDArray[np.float64]:
+        if not (d.moe and _routed_priced_apart(model, dtype_bytes, parallel)):
+            return _roofline_ms(hw, b, f / g, dtype_bytes)
+        routed = routed_compute_ms(hw, model, tokens, expert_layers=d.num_layers,
+                                   dtype_bytes=dtype_bytes, parallel=parallel)
+        return _roofline_ms(hw, b, (f - _routed_flops(model, d.num_layers, tokens)) / g, dtype_bytes, routed)
 
     if d.kind != "block":
-        one = _roofline_ms(hw, per_gpu(draft_bytes(model, d, r, context, positions=1,
-                                                   dtype_bytes=dtype_bytes), r),
-                           draft_flops(model, d, r, context, positions=1) / g, dtype_bytes)
+        one = roofline(per_gpu(draft_bytes(model, d, r, context, positions=1, dtype_bytes=dtype_bytes), r),
+                       draft_flops(model, d, r, context, positions=1), r)
         return p * (one + _drafter_collective_ms(hw, model, d, r, dtype_bytes, parallel))
     b = per_gpu(draft_bytes(model, d, r, context, positions=p, dtype_bytes=dtype_bytes), r * p)
-    f = draft_flops(model, d, r, context, positions=p) / g
-    return _roofline_ms(hw, b, f, dtype_bytes) + _drafter_collective_ms(
+    return roofline(b, draft_flops(model, d, r, context, positions=p), r * p) + _drafter_collective_ms(
         hw, model, d, r * p, dtype_bytes, parallel)
 
 
@@ -630,7 +749,8 @@ def draft_kv_ms_per_token(hw: HardwareSpec, model: ModelSpec, drafter: DrafterSh
     if drafter.window:
         return 0.0
     kv = _drafter_kv_elems(model, drafter) / parallel.kv_split(model)
-    return kv * dtype_bytes / (hw.mem_bytes_per_s * hw.attn_mem_eff) * 1e3
+    eff = MLA_ATTN_MEM_EFF if model.is_mla else hw.attn_mem_eff
+    return kv * kv_dtype_bytes(model, dtype_bytes) / (hw.mem_bytes_per_s * eff) * 1e3
 
 
 def graph_draft_ms(
@@ -764,9 +884,21 @@ def _card(
                                   + (_head_params(model, main) if main.draft_vocab else 0))
     g = parallel.gpus
     replicated = 0  # dp-ep keeps attention, dense layers and embeddings on every GPU
-    if parallel.mode == "dp-ep":
+    if parallel.mode == "dp-ep":  # and the redundant experts' copies
         routed = model.moe_layers * model.num_experts * model.expert_params
-        replicated = dtype_bytes * (model.params - routed) * (g - 1)
+        replicated = dtype_bytes * ((model.params - routed) * (g - 1)
+                                    + model.moe_layers * parallel.redundant_experts * model.expert_params)
+    kernels: dict[str, Any] = {}  # published kernel figures that replace the presets' efficiencies
+    if model.is_moe and (dtype_bytes == 1 or parallel.expert_imbalance != 1.0):
+        kernels["routed_experts"] = (
+            "routed experts' GEMMs priced apart on the busiest GPU (sparksim.roofline.routed_compute_ms): "
+            "FLOPs/G x expert_imbalance at " + ("grouped_gemm_eff(imbalance x T x k / slots) of the FP8 "
+                                                "peak: " + GROUPED_GEMM_SOURCE if dtype_bytes == 1
+                                                else "compute_eff"))
+    if model.is_mla:
+        kernels["mla_attention"] = {"attn_mem_eff": round(MLA_ATTN_MEM_EFF, 4),
+                                    "attn_compute_eff": round(MLA_ATTN_COMPUTE_EFF, 4),
+                                    "kv_dtype": "bf16", "compute_peak": "bf16", "source": MLA_SOURCE}
     return {
         "source": "analytic",
         "hardware": hw.name,
@@ -779,6 +911,11 @@ def _card(
         "gpus_per_replica": g,
         "parallelism": {"gpus": g, "mode": parallel.mode, "kv_split": parallel.kv_split(model),
                         "nodes": parallel.nodes, "micro_batches": parallel.micro_batches,
+                        **({"redundant_experts": parallel.redundant_experts,
+                            "expert_slots_per_gpu": parallel.expert_slots(model) // g,
+                            "expert_imbalance": parallel.expert_imbalance,
+                            "expert_imbalance_source": FIELD_SOURCES["expert_imbalance"]}
+                           if parallel.mode == "dp-ep" else {}),
                         "graph_sizes": ("per replica: G x each GPU's captured sizes (data-parallel "
                                         "attention splits the tokens evenly)" if parallel.mode == "dp-ep"
                                         else "per replica: every GPU runs all the step's tokens"),
@@ -818,8 +955,11 @@ def _card(
             "hbm_bytes": hw.hbm_bytes * g,
             "weights_bytes": weights + replicated,
             # copies of an unsplittable cache (MLA under tp, GQA heads < GPUs) count in full
-            "kv_bytes_per_token": model.kv_bytes_per_token * dtype_bytes * g // parallel.kv_split(model),
-            "activation_reserve_bytes": activation_reserve_bytes(model, max_tokens, dtype_bytes) * g,
+            "kv_bytes_per_token": (model.kv_bytes_per_token * kv_dtype_bytes(model, dtype_bytes) * g
+                                   // parallel.kv_split(model)),
+            # dp-ep: each GPU runs its 1/G share of the replica's tokens, so reserves for that
+            "activation_reserve_bytes": activation_reserve_bytes(
+                model, -(-max_tokens // g) if parallel.mode == "dp-ep" else max_tokens, dtype_bytes) * g,
             "source": "hbm_bytes: datasheet; weights: the model's parameters and the default "
                       "drafter's own (a shared LM head once) in the dtype; kv per token: 2 x layers x "
                       "kv_heads x head_dim x dtype; activation reserve: estimated as one layer's "
@@ -839,6 +979,7 @@ def _card(
             for d in drafters
         }} if drafters else {}),
         **({"default_drafter": drafters[0].name} if drafters else {}),
+        **({"kernel_figures": kernels} if kernels else {}),
         "derived": {
             "ridge_flops_per_byte": round(ridge, 1),
             "ridge_tokens_without_kv": round(ridge * dtype_bytes / 2, 1),

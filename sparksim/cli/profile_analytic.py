@@ -37,6 +37,8 @@ def analytic(
     parallel: str = typer.Option("tp", "--parallel", help="tp (tensor parallel) or dp-ep (data-parallel attention, expert-parallel MoE)"),
     nodes: int = typer.Option(1, "--nodes", help="machines the replica spans (dp-ep): all-to-alls cross the inter-node network"),
     micro_batches: int = typer.Option(1, "--micro-batches", help="2: dual-batch overlap (communication hidden behind the other micro-batch's compute)"),
+    redundant_experts: int = typer.Option(0, "--redundant-experts", help="dp-ep: extra expert slots for copies of hot experts (EPLB; DeepSeek-V3 serves 256 + 32); num_experts + this must divide by --gpus"),
+    expert_imbalance: float = typer.Option(1.0, "--expert-imbalance", help="dp-ep: max/mean routed tokens per GPU; the MoE layer runs at its busiest GPU's pace (1.0: ideal; 1.115 published with EPLB, see docs/profiles.md)"),
     gamma: int | None = typer.Option(None, "--gamma", help="most positions each drafter drafts (DSpark's block size γ; default: each preset's, 7 for dense targets, 5 for DeepSeek's)"),
     draft_layers: int = typer.Option(5, "--draft-layers", help="DSpark backbone layers (target width)"),
     draft_context: int = typer.Option(0, "--draft-context", help="context the draft tables are tabulated at, tokens (0: the engine adds each drafter's KV reads at the batch's real context)"),
