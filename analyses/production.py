@@ -18,6 +18,17 @@
 # Acceptance comes from the synthetic DSpark Qwen3-8B traces (Table 1's calibration) cut to
 # block 5 (`trace_block: 5`); MTP-1's acceptance is their position 1. Nothing is tuned to
 # the paper: the uncertain inputs are varied instead, one at a time (the sensitivity table).
+#
+# The loads are production's: up to 2,048 concurrent requests per replica (within the
+# shipped card's KV capacity), on the 8×H200 profile and on the multi-node one
+# (`profiles/h800x32-deepseek-v3-analytic`: 4 nodes, dual-batch overlap, EPLB). Each profile is
+# remade from its card's command with its tables reaching 6 × 2,048 tokens (every shipped row
+# checked unchanged), and a replica's token budget per step is 8,192 per data-parallel rank
+# (vLLM's online default, an assumption), G × 8,192 in all: the budget each policy verifies is
+# then set by the step's cost, not by admission.
+#
+# Environment: `SPARKSIM_ANALYSIS_USERS`, `SPARKSIM_ANALYSIS_DURATION` (simulated seconds,
+# default 60), `SPARKSIM_ANALYSIS_OUT` (the figure, `production-load.png`).
 
 # %%
 from __future__ import annotations
@@ -29,27 +40,74 @@ import tempfile
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import yaml
 
+from sparksim.analytic import HW_OPTIONS, build_analytic, options_from_command
 from sparksim.config import REPO_ROOT
 from sparksim.frontier import speedup_at_matched_throughput
-from sparksim.hardware import GPUS
+from sparksim.hardware import GPUS, get_gpu
 from sparksim.models import load_model_spec
-from sparksim.profile import ProfileWarning, write_profile
-from sparksim.roofline import Parallelism, analytic_profile, drafter_presets
+from sparksim.pricing import StepCost
+from sparksim.profile import ProfileWarning, load_profile, write_profile
+from sparksim.roofline import (
+    DTYPE_BYTES,
+    Parallelism,
+    analytic_profile,
+    collective_ms,
+    dense_bytes,
+    drafter_presets,
+    eager_step_ms,
+    overlapped,
+    pad_to_capture,
+    routed_compute_ms,
+    verify_flops,
+)
 from sparksim.sweep import grid, parse_vary, run_sweep
 
 warnings.simplefilter("ignore", ProfileWarning)
-users = os.environ.get("SPARKSIM_ANALYSIS_USERS", "1,4,16,32,64,96,128,192,256")
+users = os.environ.get("SPARKSIM_ANALYSIS_USERS", "1,4,16,64,128,256,512,1024,1536,2048")
+LOADS = [int(u) for u in users.split(",")]
 DURATION = float(os.environ.get("SPARKSIM_ANALYSIS_DURATION", "60"))
-PROFILE = REPO_ROOT / "profiles" / "h200x8-deepseek-v3-analytic"
+OUT = Path(os.environ.get("SPARKSIM_ANALYSIS_OUT", "results/analyses"))
 MTP1 = "static:gamma=1,drafter=mtp-1"
 # chat-heavy live traffic (an assumption: the paper gives no mix); the drafter's training mix,
 # Open-PerfectBlend (chat 17.6 %, math 39.4 %, code 38.9 %), is the sensitivity case
 CHAT_HEAVY = "{chat: 0.6, code: 0.2, math: 0.2}"
-BASE = [f"run.duration_s={DURATION}", "trace_block=5", f"workload.mix={CHAT_HEAVY}"]
+BLOCK = 5
+RANK_TOKENS = 8192  # a data-parallel rank's token budget per step (an assumption: vLLM's online default)
 work = Path(tempfile.mkdtemp())
+
+
+def remake(name: str) -> tuple[Path, dict]:
+    """The shipped profile remade from its card's command with tables reaching (block + 1) ×
+    the highest load, its card's memory (so its KV capacity) kept; fails if a shipped dense row
+    changed, or a draft row both tables hold (the request ladder past the graphs moves)."""
+    shipped = REPO_ROOT / "profiles" / name
+    card = yaml.safe_load((shipped / "card.yaml").read_text())
+    opts = {**options_from_command(card["command"]), "out": work / name,
+            "max_tokens": max(8192, (BLOCK + 1) * max(LOADS)), "max_requests": max(1024, max(LOADS))}
+    verify, extra, new_card, target = build_analytic(opts)
+    new_card["memory"] = card["memory"]
+    write_profile(target, verify, new_card, extra=extra)
+    for table, keys, col in (("verify.csv", ["tokens"], "step_ms"),
+                             ("draft-dspark-5.csv", ["positions", "requests"], "draft_ms")):
+        old = pd.read_csv(shipped / table)
+        both = old.merge(pd.read_csv(target / table), on=keys, suffixes=("", "_new"))
+        assert (len(both) == len(old) if table == "verify.csv" else len(both)) and np.allclose(
+            both[col], both[f"{col}_new"], rtol=1e-12), table
+    return target, opts
+
+
+SHIPPED = {"8xH200": "h200x8-deepseek-v3-analytic", "32xH800": "h800x32-deepseek-v3-analytic"}
+REMADE = {label: remake(name) for label, name in SHIPPED.items()}
+PROFILE, OPTS = REMADE["8xH200"]
+
+
+def base_sets(gpus: int) -> list[str]:
+    return [f"run.duration_s={DURATION}", f"trace_block={BLOCK}", f"workload.mix={CHAT_HEAVY}",
+            f"cluster.max_concurrency={max(LOADS)}", f"cluster.max_batch_tokens={gpus * RANK_TOKENS}"]
 
 
 def scaled_drafters(factor: float) -> Path:
@@ -70,14 +128,16 @@ def skewed_routing(skew: float) -> Path:
     """The same profile with Zipf-skewed expert popularity (the routing sensitivity)."""
     model = dataclasses.replace(load_model_spec("deepseek-v3"), routing_skew=skew)
     verify, extra, card = analytic_profile(GPUS["h200"], model, dtype="fp8",
-                                           parallel=Parallelism(8, "dp-ep"),
+                                           parallel=Parallelism(8, "dp-ep"), max_tokens=OPTS["max_tokens"],
+                                           max_requests=OPTS["max_requests"],
                                            drafters=list(drafter_presets(model).values()))
+    card["memory"] = yaml.safe_load((PROFILE / "card.yaml").read_text())["memory"]
     return write_profile(work / f"skew-{skew:g}", verify, card, extra=extra)
 
 
-def sweep(profile: Path, extra: list[str]) -> pd.DataFrame:
+def sweep(profile: Path, extra: list[str], gpus: int = 8) -> pd.DataFrame:
     points = grid(parse_vary([f"workload.concurrency={users}"]), [MTP1, "two-step"])
-    return run_sweep(None, [f"profile={profile}", *BASE, *extra], points, workers=1)
+    return run_sweep(None, [f"profile={profile}", *base_sets(gpus), *extra], points, workers=2)
 
 
 cases = {
@@ -94,7 +154,7 @@ cases = {
         "workload.lengths.output={mu: 5.99, sigma: 0.8, min: 16, max: 4096}"]),
 }
 tables = {name: sweep(profile, extra) for name, (profile, extra) in cases.items()}
-shutil.rmtree(work)
+multi_node = sweep(REMADE["32xH800"][0], [], REMADE["32xH800"][1]["gpus"])
 
 # %% [markdown]
 # Two-step (DSpark-5) over MTP-1: tok/s per user at matched throughput per GPU, and
@@ -103,18 +163,134 @@ shutil.rmtree(work)
 
 # %%
 rows = []
-for name, table in tables.items():
+for name, table in {**tables, "32xH800, 4 nodes (as cited)": multi_node}.items():
     sp = speedup_at_matched_throughput(table, "two-step", MTP1)
     two = table[table["policy"] == "two-step"].set_index("workload.concurrency")
     rows.append({
         "case": name,
         "speedup": (f"x{sp['speedup'].min():.2f}-{sp['speedup'].max():.2f}" if len(sp) > 1
                     else f"x{sp['speedup'].iloc[0]:.2f} (one point)" if len(sp) else "no overlap"),
-        **{f"budget@{c}": two.loc[c, "verify_budget_per_request"] for c in two.index},
+        **{f"@{c}": two.loc[c, "verify_budget_per_request"] for c in two.index},
     })
+print("two-step vs MTP-1 (tok/s/user at matched tok/s/GPU), and two-step's budget by users per replica:")
 print(pd.DataFrame(rows).to_string(index=False, float_format=lambda v: f"{v:.2f}"))
 
 # %%
-base = tables["as cited"]
 cols = ["policy", "workload.concurrency", "tput_per_gpu", "interactivity", "verify_budget_per_request"]
-print(base[cols].to_string(index=False, float_format=lambda v: f"{v:,.1f}"))
+for label, table in (("8xH200", tables["as cited"]), ("32xH800", multi_node)):
+    print(f"{label}, as cited:")
+    print(table[cols].to_string(index=False, float_format=lambda v: f"{v:,.1f}"))
+
+# %% [markdown]
+# ## Where the budget starts to shrink, and the term that makes it shrink
+#
+# The budget starts to shrink at the first load past its peak (loads of 16 users and more)
+# where it is 5 % below that peak. What makes it shrink: two-step's step at its mean batch
+# (users × budget tokens) taken apart on the roofline the profile was built from, each term
+# as charged: the kernels cost max(HBM reads, dense GEMMs + the routed experts' grouped GEMMs
+# at DeepGEMM's efficiency), so only the side that binds is shown; the all-to-alls add (with
+# dual-batch overlap, only the larger of kernels and all-to-alls counts); an eager step's
+# dispatch past its GPU time; and the drafter (block 5 for every request). KV reads and MLA's
+# attention FLOPs are left out here (at these contexts, a few hundred tokens per request, they
+# are a few % of the step: analyses/fixed_collapse.py prices them).
+
+
+# %%
+def dense_terms(opts: dict, tokens: float, sizes: list[int]) -> dict[str, float]:
+    """The dense step's roofline terms (ms) at `tokens` replica tokens, each as charged."""
+    hw = dataclasses.replace(get_gpu(opts["gpu"]), **{k: opts[k] for k in HW_OPTIONS if opts.get(k) is not None})
+    model = load_model_spec(opts["model"])
+    par = Parallelism(opts["gpus"], opts["parallel"], opts["nodes"], opts["micro_batches"],
+                      opts["redundant_experts"], opts["expert_imbalance"])
+    dtype = DTYPE_BYTES[opts["dtype"]]
+    padded, eager = pad_to_capture(tokens, sizes)
+    t = float(padded)
+    hbm = float(dense_bytes(model, t, dtype_bytes=dtype, parallel=par)) / (hw.mem_bytes_per_s * hw.mem_eff) * 1e3
+    routed_flops = 2.0 * model.moe_layers * model.experts_per_token * model.expert_params * t
+    gemm = (float(verify_flops(model, t)) - routed_flops) / par.gpus / (hw.peak_for(dtype) * hw.compute_eff) * 1e3
+    grouped = float(routed_compute_ms(hw, model, t, expert_layers=model.moe_layers, dtype_bytes=dtype, parallel=par))
+    comm = float(collective_ms(hw, model, t, dtype_bytes=dtype, parallel=par))
+    kernels = max(hbm, gemm + grouped)
+    keep_kernels, keep_comm = (kernels >= comm, comm > kernels) if par.micro_batches == 2 else (True, True)
+    gpu = float(overlapped(kernels, comm, par))
+    dispatch = float(eager_step_ms(gpu, hw.eager_overhead_ms(model.num_layers))) - gpu if bool(eager) else 0.0
+    memory_bound = hbm >= gemm + grouped
+    return {"HBM read": hbm * (keep_kernels and memory_bound),
+            "dense GEMMs": gemm * (keep_kernels and not memory_bound),
+            "grouped GEMMs": grouped * (keep_kernels and not memory_bound),
+            "all-to-all": comm * keep_comm, "eager dispatch": dispatch}
+
+
+TERMS = ["HBM read", "dense GEMMs", "grouped GEMMs", "all-to-all", "eager dispatch", "drafter"]
+breakdown = {}
+for label, table in (("8xH200", tables["as cited"]), ("32xH800", multi_node)):
+    profile_dir, opts = REMADE[label]
+    prof = load_profile(profile_dir)
+    two = table[table["policy"] == "two-step"].set_index("workload.concurrency")
+    rows = {}
+    for load, budget in two["verify_budget_per_request"].items():
+        tokens = load * budget
+        draft_ms = StepCost.for_step(prof, requests=load, kv_tokens=0.0, positions=BLOCK).draft_s * 1e3
+        rows[load] = {"budget": budget, "tokens": tokens, **dense_terms(opts, tokens, list(prof.captured_sizes)),
+                      "drafter": draft_ms}
+    view = pd.DataFrame(rows).T.rename_axis("users")
+    breakdown[label] = view
+    budget = view["budget"]
+    peak_at = budget[budget.index >= 16].idxmax() if (budget.index >= 16).any() else budget.idxmax()
+    after = budget[(budget.index > peak_at) & (budget < 0.95 * budget[peak_at])]
+    print(f"{label}: two-step's step at its mean batch, ms as charged, by users per replica:")
+    print(view.to_string(float_format=lambda v: f"{v:,.2f}" if v < 100 else f"{v:,.0f}"))
+    if after.empty:
+        print(f"  the budget does not shrink by 5 % past its peak ({budget[peak_at]:.2f} at {peak_at:,} users) "
+              f"up to {budget.index[-1]:,} users")
+    else:
+        at = after.index[0]
+        grew = (view.loc[at, TERMS] - view.loc[peak_at, TERMS]).sort_values(ascending=False)
+        bound = ("all-to-all-bound" if view.loc[at, "all-to-all"] and not view.loc[at, "HBM read"]
+                 and not view.loc[at, "dense GEMMs"] else
+                 "compute-bound" if view.loc[at, "dense GEMMs"] else "HBM-bound")
+        print(f"  the budget starts to shrink at {at:,} users ({budget[at]:.2f}, peak {budget[peak_at]:.2f} at "
+              f"{peak_at:,}); the step there is {bound}: from the peak load, "
+              + ", ".join(f"{k} {v:+,.1f} ms" for k, v in grew.items() if abs(v) >= 0.05))
+
+# %% [markdown]
+# The figure (`production-load.png` in `SPARKSIM_ANALYSIS_OUT`; the path on stderr): left, the
+# verification budget against users per replica on both profiles, every sensitivity case in
+# grey behind the 8×H200 line; right, two-step's step as charged, term by term, against load
+# (solid 8×H200, dashed 32×H800), so where a term takes over the budget bends.
+
+# %%
+import sys  # noqa: E402
+
+try:
+    import matplotlib.pyplot as plt
+except ImportError:
+    print("no figure: matplotlib is not installed (pip install -e \".[plot]\")", file=sys.stderr)
+else:
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5.2))
+    for name, table in tables.items():
+        if name != "as cited":
+            two = table[table["policy"] == "two-step"]
+            left.plot(two["workload.concurrency"], two["verify_budget_per_request"], color="0.8", lw=1)
+    for (label, view), style in zip(breakdown.items(), ("-", "--"), strict=True):
+        left.plot(view.index, view["budget"], style, marker="o", color="C0", label=f"two-step, {label}")
+        for i, term in enumerate(TERMS):
+            if view[term].max() > 0.5:  # a term hidden under another (0) is left out, not drawn at 0
+                right.plot(view.index, view[term].where(view[term] > 0), style, marker=".", color=f"C{i + 1}",
+                           label=f"{term}, {label}")
+    left.plot([], [], color="0.8", label="8xH200 sensitivity cases")
+    left.axhline(2.0, color="C7", lw=0.8, ls=":", label="MTP-1 (budget 2)")
+    left.set(xscale="log", xlabel="concurrent requests per replica", ylabel="tokens verified per request per step",
+             title="DeepSeek-V3, DSpark-5: two-step's verification budget", ylim=(0, 6.5))
+    right.set(xscale="log", yscale="log", xlabel="concurrent requests per replica", ylabel="ms per step, as charged",
+              title="two-step's step at its mean batch, by term")
+    for ax in (left, right):
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    OUT.mkdir(parents=True, exist_ok=True)
+    figure_path = OUT / "production-load.png"
+    fig.savefig(figure_path, dpi=130)
+    plt.close(fig)
+    print(f"figure: {figure_path}", file=sys.stderr)
+shutil.rmtree(work, ignore_errors=True)
