@@ -26,7 +26,14 @@ from sparksim.engine import Engine, Request, kv_capacity_tokens
 from sparksim.policies import make_policy
 from sparksim.prefix_cache import PrefixCache
 from sparksim.profile import Profile
-from sparksim.records import REQUEST_COLUMNS, STEP_COLUMNS, Columns, RequestRecord, StreamStats
+from sparksim.records import (
+    REQUEST_COLUMNS,
+    STEP_COLUMNS,
+    Columns,
+    ParquetColumns,
+    RequestRecord,
+    StreamStats,
+)
 from sparksim.traces.format import TraceSet
 from sparksim.workload import (
     DomainSampler,
@@ -49,7 +56,10 @@ class Cluster:
         traces: TraceSet,
         prefill_profile: Profile | None = None,
         base_dir: Path | None = None,
+        records_dir: Path | None = None,
     ) -> None:
+        """`records_dir`: stream the request and step tables to parquet files there
+        (`records.ParquetColumns`) instead of holding them; None keeps them in memory."""
         self.scenario = scenario
         self.env = simpy.Environment()
         self.profile = profile
@@ -63,8 +73,11 @@ class Cluster:
         self.sampler = DomainSampler(traces, scenario.workload.mix)
         run = scenario.run
         self.stats = StreamStats.for_run(run, traces.gamma)
-        self.request_records = Columns(REQUEST_COLUMNS)
-        self.step_records = Columns(STEP_COLUMNS) if run.records.steps else None
+        self.request_records = (Columns(REQUEST_COLUMNS) if records_dir is None
+                                else ParquetColumns(REQUEST_COLUMNS, records_dir / "requests.parquet"))
+        self.step_records = None if not run.records.steps else (
+            Columns(STEP_COLUMNS) if records_dir is None
+            else ParquetColumns(STEP_COLUMNS, records_dir / "steps.parquet"))
         pol = scenario.policy
         self.policies = [
             make_policy(pol.name, traces.gamma, pol.params) for _ in range(scenario.cluster.replicas)

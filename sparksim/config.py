@@ -199,7 +199,11 @@ MAX_RUN_REQUESTS = 10_000_000
 
 
 class RecordsConfig(_Model):
-    steps: bool = Field(True, description="keep the per-step table (memory grows with steps)")
+    steps: bool = Field(True, description="keep the per-step table (held in memory, it grows with the steps)")
+    # the tables are the same either way (the files byte for byte); only where they are held differs
+    stream: Literal["auto"] | bool = Field(
+        "auto", description="stream the tables to parquet a row group at a time: true, false, or auto "
+        "(when the run writes a results folder, as `sparksim run` does)")
 
 
 class RunConfig(_Model):
@@ -288,6 +292,9 @@ class Scenario(_Model):
         if not self.cluster.prefix_cache.enabled:
             # a feature that is off leaves no trace: a run's file reads as it did before it existed
             data["cluster"].pop("prefix_cache")
+        if self.run.records.stream == "auto":
+            # where the tables were held, not what was simulated: at its default it leaves no trace
+            data["run"]["records"].pop("stream")
         return yaml.safe_dump(data, sort_keys=False)
 
 

@@ -2,8 +2,10 @@
 
 Columns are `array.array` buffers (8 bytes a value, amortised O(1) appends) so a long run
 keeps memory proportional to the rows kept, and the per-step path does no allocation
-beyond the appends. Streaming statistics (the ITL histogram, per-position acceptance
-counts, window token counts) live in `StreamStats` and cost O(1) memory whatever the horizon.
+beyond the appends. `ParquetColumns` streams a table to a parquet file instead, a row group
+at a time, so a run of any length holds at most one row group of each table. Streaming
+statistics (the ITL histogram, per-position acceptance counts, window token counts) live in
+`StreamStats` and cost O(1) memory whatever the horizon.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ import math
 import typing
 from array import array
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from pathlib import Path
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -70,6 +73,7 @@ def _schema(record: type[tuple[int | float, ...]]) -> dict[str, str]:
 
 REQUEST_COLUMNS: dict[str, str] = _schema(RequestRecord)
 STEP_COLUMNS: dict[str, str] = _schema(StepRecord)
+PENDING_ROWS = 4096  # rows buffered as tuples before they move into the columns in bulk
 
 
 class Columns:
@@ -84,7 +88,7 @@ class Columns:
     def append_row(self, row: tuple[float | int, ...]) -> None:
         """Append one row, values in schema order (buffered: one tuple now, columns in bulk)."""
         self._pending.append(row)
-        if len(self._pending) >= 4096:
+        if len(self._pending) >= PENDING_ROWS:
             self.flush()
 
     def flush(self) -> None:
@@ -107,6 +111,86 @@ class Columns:
             for k, v in self.cols.items()
         }
         return pd.DataFrame(data, copy=True)
+
+
+# pyarrow's own most rows in a row group (`ParquetWriter.write_table`): a table streamed in
+# groups of this many rows is, byte for byte, the file `DataFrame.to_parquet` writes of it whole.
+ROW_GROUP_ROWS = 1024 * 1024
+
+
+class ParquetColumns(Columns):
+    """A table streamed to a parquet file: rows gather in columns and leave a row group at a time.
+
+    The file is the one `to_frame().to_parquet(path, index=False)` would write (same schema,
+    pandas metadata, NaN as null, row groups): with the default `row_group_rows`, the same
+    bytes. At most a row group and PENDING_ROWS are held at once (about 128 MiB at the
+    default: 16 columns of 8 bytes). `close` writes the last group and ends the file; the
+    table is then read back from `path`, never from here.
+    """
+
+    def __init__(self, schema: dict[str, str], path: Path, row_group_rows: int | None = None) -> None:
+        import pyarrow.parquet as pq
+
+        super().__init__(schema)
+        self.path = path
+        self.row_group_rows = row_group_rows or ROW_GROUP_ROWS  # read now: a test may shrink it
+        self.rows_written = 0
+        self._arrow_schema = arrow_schema(schema)
+        # pandas' own write options (`to_parquet`: snappy), so the two paths write one file
+        self._writer: pq.ParquetWriter | None = pq.ParquetWriter(path, self._arrow_schema, compression="snappy")
+
+    def flush(self) -> None:
+        """Move buffered rows into the columns, and every full row group out to the file."""
+        super().flush()
+        while len(self._arrays[0]) >= self.row_group_rows:
+            self._write(self.row_group_rows)
+
+    def __len__(self) -> int:
+        return self.rows_written + super().__len__()
+
+    def _write(self, rows: int) -> None:
+        """Write the first `rows` rows held as one row group, and keep the rest."""
+        import pyarrow as pa
+
+        assert self._writer is not None, f"{self.path}: written after close"
+        types = [np.float64 if self.schema[k] == "d" else np.int64 for k in self.cols]
+        # from_pandas: NaN becomes null, as `Table.from_pandas` (and so `to_parquet`) makes it
+        group = pa.Table.from_arrays(
+            [pa.array(np.frombuffer(v, dtype=t, count=rows), from_pandas=True)
+             for v, t in zip(self._arrays, types, strict=True)],
+            schema=self._arrow_schema)
+        self._writer.write_table(group)
+        del group  # it may share the columns' buffers, which are replaced below, never resized
+        self.cols = {k: v[rows:] for k, v in zip(self.schema, self._arrays, strict=True)}
+        self._arrays = list(self.cols.values())
+        self.rows_written += rows
+
+    def close(self) -> Path:
+        """Write what is held as the last row group, end the file and return its path.
+
+        An empty table is written as `to_parquet` writes an empty frame.
+        """
+        if self._writer is None:
+            return self.path
+        self.flush()
+        held = len(self._arrays[0])
+        if held or not self.rows_written:
+            self._write(held)
+        self._writer.close()
+        self._writer = None
+        return self.path
+
+    def to_frame(self) -> pd.DataFrame:
+        """Return the whole table, read back from its file (closing it first)."""
+        return pd.read_parquet(self.close())
+
+
+def arrow_schema(schema: dict[str, str]) -> Any:
+    """Return the arrow schema (with pandas metadata) `to_parquet` gives a table of `schema`."""
+    import pyarrow as pa
+
+    empty = pd.DataFrame({k: np.zeros(0, np.float64 if t == "d" else np.int64) for k, t in schema.items()})
+    return pa.Schema.from_pandas(empty, preserve_index=False)
 
 
 # ITL histogram: log-spaced bins from 1 µs to 1000 s, 200 per decade (≤ 0.6 % bin width).

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import math
+import os
+import shutil
+import tempfile
 import time
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,26 +31,61 @@ from sparksim.config import (
 from sparksim.engine import kv_capacity_tokens
 from sparksim.errors import ConfigError, RangeError
 from sparksim.invariants import InvariantError, check_run
-from sparksim.metrics import summarize
+from sparksim.metrics import SUMMARY_COLUMNS, summarize
 from sparksim.policies import make_policy, parse_policy_spec, resolve
 from sparksim.policies.base import drafted_positions
 from sparksim.prefix_cache import prefix_cache_summary
 from sparksim.profile import Profile, ProfileWarning, load_profile
+from sparksim.records import Columns, ParquetColumns
 from sparksim.traces.format import TraceSet, load_traceset
 from sparksim.workload import load_arrivals
 
 
 @dataclass
 class RunResult:
-    """What a run produced, in memory."""
+    """What a run produced: its summary, and its two tables held in memory or streamed to files.
+
+    `requests` and `steps` are DataFrames either way. A streamed table (`run.records.stream`)
+    is a parquet file, read back whole at each access: a long run's steps need never fit in
+    memory unless asked for.
+    """
 
     scenario: Scenario
     summary: dict[str, Any]
-    requests: pd.DataFrame
-    steps: pd.DataFrame | None
+    requests_table: pd.DataFrame | Path
+    steps_table: pd.DataFrame | Path | None  # None: run.records.steps is off
     violations: list[str]
     wall_s: float
     num_steps: int
+    # the temporary folder a streamed run's files live in when it was given none: removed with the result
+    records_tmp: tempfile.TemporaryDirectory[str] | None = None
+
+    @property
+    def requests(self) -> pd.DataFrame:
+        """The per-request table, one row per finished request in finishing order."""
+        return _frame(self.requests_table)
+
+    @requests.setter
+    def requests(self, table: pd.DataFrame) -> None:
+        self.requests_table = table
+
+    @property
+    def steps(self) -> pd.DataFrame | None:
+        """The per-step table, one row per engine step (None when run.records.steps is off)."""
+        return None if self.steps_table is None else _frame(self.steps_table)
+
+    @steps.setter
+    def steps(self, table: pd.DataFrame | None) -> None:
+        self.steps_table = table
+
+    @property
+    def streamed(self) -> bool:
+        """Whether the tables were streamed to parquet files rather than held."""
+        return isinstance(self.requests_table, Path)
+
+
+def _frame(table: pd.DataFrame | Path) -> pd.DataFrame:
+    return pd.read_parquet(table) if isinstance(table, Path) else table
 
 
 def load_scenario(
@@ -197,26 +236,45 @@ def simulate(
     check: bool = False,
     progress: Callable[[float], None] | None = None,
     inputs: tuple[Profile, TraceSet, Profile | None] | None = None,
+    records_dir: Path | None = None,
 ) -> RunResult:
-    """Simulate `scenario` and return its records and summary (nothing is written)."""
+    """Simulate `scenario` and return its records and summary.
+
+    The tables are held in memory, or streamed as the run goes to `requests.parquet` and
+    `steps.parquet` in `records_dir`, a row group at a time (`records.ParquetColumns`), as
+    `run.records.stream` says: `auto` streams when given `records_dir` (a run that writes a
+    results folder), `true` always (into a temporary folder the result keeps, when given
+    none), `false` never. Either way the tables, the files `write_results` writes and the
+    summary are the same, byte for byte. Nothing else is written.
+    """
     profile, traces, prefill = inputs or load_inputs(scenario, base, strict=strict)
-    cluster = Cluster(scenario, profile, traces, prefill, base_dir=base)
+    stream = scenario.run.records.stream
+    tmp = None
+    if stream is False:
+        records_dir = None
+    elif stream is True and records_dir is None:
+        tmp = tempfile.TemporaryDirectory(prefix="sparksim-records-")
+        records_dir = Path(tmp.name)
+    cluster = Cluster(scenario, profile, traces, prefill, base_dir=base, records_dir=records_dir)
     if check:
         for eng in cluster.engines:
             eng.check = True
     t0 = time.perf_counter()
     cluster.run(progress)
     wall_s = time.perf_counter() - t0
-    requests = cluster.request_records.to_frame()
-    steps = cluster.step_records.to_frame() if cluster.step_records is not None else None
+    requests_table = _table(cluster.request_records)
+    steps_table = None if cluster.step_records is None else _table(cluster.step_records)
+    # what the summary reads: a streamed table is read back only in the columns it needs
+    requests = (requests_table if isinstance(requests_table, pd.DataFrame)
+                else pd.read_parquet(requests_table, columns=SUMMARY_COLUMNS))
     census = cluster.census()
     census["arrived_in_window"] = cluster.arrived_in_window
     census["waiting_in_window"] = cluster.waiting_in_window()
     policy = cluster.policies[0]
     num_steps = sum(e.step_index for e in cluster.engines)
     violations = check_run(
-        requests, steps, census, gamma=traces.gamma, max_tokens=scenario.cluster.max_batch_tokens,
-        plain_decoding=not policy.drafts,
+        _frame(requests_table), None if steps_table is None else _frame(steps_table), census,
+        gamma=traces.gamma, max_tokens=scenario.cluster.max_batch_tokens, plain_decoding=not policy.drafts,
     ) if check else []
     extra = {
         **run_inputs_summary(scenario, policy, profile, traces),
@@ -240,10 +298,24 @@ def simulate(
         caches = cluster.pool_caches or [e.cache for e in cluster.engines if e.cache is not None]
         extra["prefix_cache"] = {"where": "prefill pool" if cluster.pool_caches else "replicas",
                                  **prefix_cache_summary(caches)}
-    _warn_if_context_clamped(profile, steps)
+    _warn_if_context_clamped(profile, steps_table)
     summary = summarize(scenario, requests, cluster.stats, census, cluster.sampler.domains, extra,
                         gpus_per_replica=scenario.cluster.gpus_per_replica or profile.gpus_per_replica)
-    return RunResult(scenario, summary, requests, steps, violations, wall_s, num_steps)
+    return RunResult(scenario, summary, requests_table, steps_table, violations, wall_s, num_steps, tmp)
+
+
+def _table(cols: Columns) -> pd.DataFrame | Path:
+    """Return a finished run's table: a frame, or the file it was streamed to (now complete)."""
+    return cols.close() if isinstance(cols, ParquetColumns) else cols.to_frame()
+
+
+@contextlib.contextmanager
+def records_folder(out: Path) -> Iterator[Path]:
+    """Yield a temporary folder beside the results folder `out` for a run to stream its tables
+    into (`simulate`'s `records_dir`), removed on leaving; `write_results` links the files from it."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".{out.name}.records-", dir=out.parent) as name:
+        yield Path(name)
 
 
 def _bounded_by_drafter(scenario: Scenario, profile: Profile, traces: TraceSet) -> TraceSet:
@@ -297,12 +369,26 @@ def run_inputs_summary(scenario: Scenario, policy: Any, profile: Profile, traces
     }
 
 
-def _warn_if_context_clamped(profile: Profile, steps: pd.DataFrame | None) -> None:
-    """Warn when a legacy-grid profile priced most decode steps below its first context row."""
-    if profile.kv_model != "legacy-grid" or steps is None or not len(steps):
+def _warn_if_context_clamped(profile: Profile, steps: pd.DataFrame | Path | None) -> None:
+    """Warn when a legacy-grid profile priced most decode steps below its first context row.
+
+    A streamed table is read a row group at a time, in the two columns this needs.
+    """
+    if profile.kv_model != "legacy-grid" or steps is None:
         return
-    decode = steps[steps["num_requests"] > 0]
-    below = float((decode["context_mean"] < profile.contexts[0]).mean()) if len(decode) else 0.0
+    if isinstance(steps, Path):
+        import pyarrow.parquet as pq
+
+        chunks: Iterable[pd.DataFrame] = (
+            b.to_pandas() for b in pq.ParquetFile(steps).iter_batches(columns=["num_requests", "context_mean"]))
+    else:
+        chunks = (steps,)
+    num_decode = num_below = 0
+    for chunk in chunks:
+        decode = chunk[chunk["num_requests"] > 0]
+        num_decode += len(decode)
+        num_below += int((decode["context_mean"] < profile.contexts[0]).sum())
+    below = num_below / num_decode if num_decode else 0.0
     if below > 0.5:
         warnings.warn(
             f"profile {profile.name!r} is a legacy context grid starting at {profile.contexts[0]:g} "
@@ -357,13 +443,24 @@ def write_results(result: RunResult, out: Path, given: Sequence[str] | None = No
     and `given` (the run's warnings, `run_warnings`) as warnings.json when it is passed."""
     with atomic_dir(out) as tmp:
         (tmp / "scenario.yaml").write_text(result.scenario.to_yaml())
-        result.requests.to_parquet(tmp / "requests.parquet", index=False)
-        if result.steps is not None:
-            result.steps.to_parquet(tmp / "steps.parquet", index=False)
+        _write_table(result.requests_table, tmp / "requests.parquet")
+        if result.steps_table is not None:
+            _write_table(result.steps_table, tmp / "steps.parquet")
         (tmp / "summary.json").write_text(summary_json(result.summary))
         if given is not None:  # for `sparksim report`: what the terminal showed may be long gone
             (tmp / "warnings.json").write_text(json.dumps(list(given), indent=1) + "\n")
     return out
+
+
+def _write_table(table: pd.DataFrame | Path, path: Path) -> None:
+    """Write a table held in memory; link (else copy) one already streamed to a file."""
+    if isinstance(table, pd.DataFrame):
+        table.to_parquet(path, index=False)
+        return
+    try:
+        os.link(table, path)  # the same bytes: no need to write a long run's steps twice
+    except OSError:
+        shutil.copyfile(table, path)
 
 
 def run_warnings(caught: Iterable[warnings.WarningMessage], summary: dict[str, Any]) -> list[str]:
@@ -401,5 +498,5 @@ def check_determinism(scenario: Scenario, base: Path | None, first: RunResult, s
 
 __all__ = [
     "InvariantError", "RunResult", "check_determinism", "default_out_dir", "load_inputs",
-    "load_scenario", "simulate", "summary_json", "write_results",
+    "load_scenario", "records_folder", "simulate", "summary_json", "write_results",
 ]

@@ -118,38 +118,42 @@ def run(
         default_out_dir,
         load_inputs,
         load_scenario,
+        records_folder,
         run_warnings,
         simulate,
         write_results,
     )
 
     sc, base = load_scenario(scenario, set_, policy)
-    check_out(out or default_out_dir(sc))  # before simulating, not after the whole run
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        inputs = load_inputs(sc, base, strict=strict)
-        horizon = sc.run.duration_s
-        label = f"{sc.name} · {sc.policy.name}"
-        piped = not quiet and not err_console.is_terminal  # a log file gets lines, not a bar
-        with Progress(
-            TextColumn("[bold]simulating[/] {task.description}"), BarColumn(),
-            TextColumn("{task.fields[sim]:>8.1f}/{task.total:.0f} sim-s"), TimeElapsedColumn(),
-            console=err_console, disable=quiet or piped, transient=True,
-        ) as bar:
-            task = bar.add_task(label, total=horizon, sim=0.0)
-            result = simulate(
-                sc, base, strict=strict, check=check, inputs=inputs,
-                progress=progress_lines(label, horizon) if piped
-                else lambda now: bar.update(task, completed=now, sim=now),
-            )
-    given = run_warnings(caught, result.summary)
-    for message in given:
-        err_console.print(f"[yellow]warning:[/] {escape(message)}", highlight=False)
-    violations = list(result.violations)
-    if check:
-        violations += check_determinism(sc, base, result, strict)
     target = out or default_out_dir(sc)
-    write_results(result, target, given)
+    check_out(target)  # before simulating, not after the whole run
+    # the tables stream to files beside the results folder as the run goes (run.records.stream
+    # auto or true), so a long run holds a row group of them, not the whole run's
+    with records_folder(target) as records_dir:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            inputs = load_inputs(sc, base, strict=strict)
+            horizon = sc.run.duration_s
+            label = f"{sc.name} · {sc.policy.name}"
+            piped = not quiet and not err_console.is_terminal  # a log file gets lines, not a bar
+            with Progress(
+                TextColumn("[bold]simulating[/] {task.description}"), BarColumn(),
+                TextColumn("{task.fields[sim]:>8.1f}/{task.total:.0f} sim-s"), TimeElapsedColumn(),
+                console=err_console, disable=quiet or piped, transient=True,
+            ) as bar:
+                task = bar.add_task(label, total=horizon, sim=0.0)
+                result = simulate(
+                    sc, base, strict=strict, check=check, inputs=inputs, records_dir=records_dir,
+                    progress=progress_lines(label, horizon) if piped
+                    else lambda now: bar.update(task, completed=now, sim=now),
+                )
+        given = run_warnings(caught, result.summary)
+        for message in given:
+            err_console.print(f"[yellow]warning:[/] {escape(message)}", highlight=False)
+        violations = list(result.violations)
+        if check:
+            violations += check_determinism(sc, base, result, strict)
+        write_results(result, target, given)
     console.print(summary_table(result))
     console.print(
         f"{result.num_steps:,} engine steps in {result.wall_s:.1f} s wall "
