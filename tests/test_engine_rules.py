@@ -1,8 +1,8 @@
 """The engines' DSpark rules on hand-made batches whose answer each engine's code determines.
 
 Every expected ℓ below was derived step by step from the engine's code at the commit its
-policy module cites (the derivations: docs/engines.md §2); a rule that drifts from its
-engine fails here.
+policy module cites (the intermediate figures are in the comments); a rule that drifts
+from its engine fails here.
 """
 
 from __future__ import annotations
