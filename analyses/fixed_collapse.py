@@ -38,7 +38,6 @@
 # %%
 from __future__ import annotations
 
-import dataclasses
 import os
 import tempfile
 import warnings
@@ -48,23 +47,10 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from sparksim.analytic import HW_OPTIONS, build_analytic, options_from_command
+from sparksim.analytic import build_analytic, dense_step_terms, options_from_command
 from sparksim.config import REPO_ROOT
-from sparksim.hardware import get_gpu
-from sparksim.models import load_model_spec
 from sparksim.pricing import StepCost
 from sparksim.profile import ProfileWarning, load_profile, write_profile
-from sparksim.roofline import (
-    DTYPE_BYTES,
-    Parallelism,
-    collective_ms,
-    dense_bytes,
-    eager_step_ms,
-    overlapped,
-    pad_to_capture,
-    routed_compute_ms,
-    verify_flops,
-)
 from sparksim.runner import load_scenario, simulate
 from sparksim.sweep import grid, parse_vary, run_sweep
 
@@ -188,34 +174,6 @@ for label, table in tables.items():
 
 
 # %%
-def dense_terms(opts: dict, tokens: int, sizes: list[int]) -> dict[str, float]:
-    """The dense step's roofline terms (ms) at `tokens` replica tokens, each as charged: the
-    side of max(HBM, GEMMs + grouped GEMMs) that binds, the all-to-alls added (or, with
-    dual-batch overlap, whichever of kernels and all-to-alls is larger), an eager step's
-    dispatch past its GPU time, and the step's fixed overhead; they sum to the dense step."""
-    hw = dataclasses.replace(get_gpu(opts["gpu"]), **{k: opts[k] for k in HW_OPTIONS if opts.get(k) is not None})
-    model = load_model_spec(opts["model"])
-    par = Parallelism(opts["gpus"], opts["parallel"], opts["nodes"], opts["micro_batches"],
-                      opts["redundant_experts"], opts["expert_imbalance"])
-    dtype = DTYPE_BYTES[opts["dtype"]]
-    padded, eager = pad_to_capture(tokens, sizes)
-    t = float(padded)
-    hbm = float(dense_bytes(model, t, dtype_bytes=dtype, parallel=par)) / (hw.mem_bytes_per_s * hw.mem_eff) * 1e3
-    routed_flops = 2.0 * model.moe_layers * model.experts_per_token * model.expert_params * t
-    gemm = (float(verify_flops(model, t)) - routed_flops) / par.gpus / (hw.peak_for(dtype) * hw.compute_eff) * 1e3
-    grouped = float(routed_compute_ms(hw, model, t, expert_layers=model.moe_layers, dtype_bytes=dtype, parallel=par))
-    comm = float(collective_ms(hw, model, t, dtype_bytes=dtype, parallel=par))
-    kernels = max(hbm, gemm + grouped)
-    hidden = par.micro_batches == 2  # the smaller of kernels and all-to-alls hides under the larger
-    keep_kernels, keep_comm = (kernels >= comm, comm > kernels) if hidden else (True, True)
-    gpu = float(overlapped(kernels, comm, par))
-    dispatch = float(eager_step_ms(gpu, hw.eager_overhead_ms(model.num_layers))) - gpu if bool(eager) else 0.0
-    memory_bound = hbm >= gemm + grouped
-    return {"HBM read": hbm * (keep_kernels and memory_bound), "dense GEMMs": gemm * (keep_kernels and not memory_bound),
-            "grouped GEMMs": grouped * (keep_kernels and not memory_bound), "all-to-all": comm * keep_comm,
-            "eager dispatch": dispatch, "step overhead": hw.step_overhead_ms, "padded tokens": t}
-
-
 CHARGED = ["drafter", "HBM read", "dense GEMMs", "grouped GEMMs", "all-to-all", "eager dispatch",
            "step overhead", "table interpolation", "KV read", "MLA FLOPs past read", "engine loop"]
 
@@ -235,7 +193,7 @@ def decompose(label: str, users: int) -> pd.DataFrame:
     for name, ell, positions in (("plain", 0, 0), (f"fixed γ={GAMMA}", GAMMA, GAMMA)):
         cost = StepCost.for_step(prof, requests=reqs, kv_tokens=kv, positions=positions)
         price = cost.price(np.full(reqs, ell, dtype=np.int64))
-        terms = dense_terms(opts, reqs * (1 + ell), sizes)
+        terms = dense_step_terms(opts, reqs * (1 + ell), sizes)
         tokens = terms.pop("padded tokens")
         rest = price.dense_s * 1e3 - sum(terms.values())
         # the table holds every captured size exactly and interpolates between its rows past them

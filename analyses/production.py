@@ -44,25 +44,17 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from sparksim.analytic import HW_OPTIONS, build_analytic, options_from_command
+from sparksim.analytic import build_analytic, dense_step_terms, options_from_command
 from sparksim.config import REPO_ROOT
 from sparksim.frontier import speedup_at_matched_throughput
-from sparksim.hardware import GPUS, get_gpu
+from sparksim.hardware import GPUS
 from sparksim.models import load_model_spec
 from sparksim.pricing import StepCost
 from sparksim.profile import ProfileWarning, load_profile, write_profile
 from sparksim.roofline import (
-    DTYPE_BYTES,
     Parallelism,
     analytic_profile,
-    collective_ms,
-    dense_bytes,
     drafter_presets,
-    eager_step_ms,
-    overlapped,
-    pad_to_capture,
-    routed_compute_ms,
-    verify_flops,
 )
 from sparksim.sweep import grid, parse_vary, run_sweep
 
@@ -196,31 +188,6 @@ for label, table in (("8xH200", tables["as cited"]), ("32xH800", multi_node)):
 
 
 # %%
-def dense_terms(opts: dict, tokens: float, sizes: list[int]) -> dict[str, float]:
-    """The dense step's roofline terms (ms) at `tokens` replica tokens, each as charged."""
-    hw = dataclasses.replace(get_gpu(opts["gpu"]), **{k: opts[k] for k in HW_OPTIONS if opts.get(k) is not None})
-    model = load_model_spec(opts["model"])
-    par = Parallelism(opts["gpus"], opts["parallel"], opts["nodes"], opts["micro_batches"],
-                      opts["redundant_experts"], opts["expert_imbalance"])
-    dtype = DTYPE_BYTES[opts["dtype"]]
-    padded, eager = pad_to_capture(tokens, sizes)
-    t = float(padded)
-    hbm = float(dense_bytes(model, t, dtype_bytes=dtype, parallel=par)) / (hw.mem_bytes_per_s * hw.mem_eff) * 1e3
-    routed_flops = 2.0 * model.moe_layers * model.experts_per_token * model.expert_params * t
-    gemm = (float(verify_flops(model, t)) - routed_flops) / par.gpus / (hw.peak_for(dtype) * hw.compute_eff) * 1e3
-    grouped = float(routed_compute_ms(hw, model, t, expert_layers=model.moe_layers, dtype_bytes=dtype, parallel=par))
-    comm = float(collective_ms(hw, model, t, dtype_bytes=dtype, parallel=par))
-    kernels = max(hbm, gemm + grouped)
-    keep_kernels, keep_comm = (kernels >= comm, comm > kernels) if par.micro_batches == 2 else (True, True)
-    gpu = float(overlapped(kernels, comm, par))
-    dispatch = float(eager_step_ms(gpu, hw.eager_overhead_ms(model.num_layers))) - gpu if bool(eager) else 0.0
-    memory_bound = hbm >= gemm + grouped
-    return {"HBM read": hbm * (keep_kernels and memory_bound),
-            "dense GEMMs": gemm * (keep_kernels and not memory_bound),
-            "grouped GEMMs": grouped * (keep_kernels and not memory_bound),
-            "all-to-all": comm * keep_comm, "eager dispatch": dispatch}
-
-
 TERMS = ["HBM read", "dense GEMMs", "grouped GEMMs", "all-to-all", "eager dispatch", "drafter"]
 breakdown = {}
 for label, table in (("8xH200", tables["as cited"]), ("32xH800", multi_node)):
@@ -231,7 +198,8 @@ for label, table in (("8xH200", tables["as cited"]), ("32xH800", multi_node)):
     for load, budget in two["verify_budget_per_request"].items():
         tokens = load * budget
         draft_ms = StepCost.for_step(prof, requests=load, kv_tokens=0.0, positions=BLOCK).draft_s * 1e3
-        rows[load] = {"budget": budget, "tokens": tokens, **dense_terms(opts, tokens, list(prof.captured_sizes)),
+        terms = dense_step_terms(opts, tokens, list(prof.captured_sizes))
+        rows[load] = {"budget": budget, "tokens": tokens, **{k: terms[k] for k in TERMS if k in terms},
                       "drafter": draft_ms}
     view = pd.DataFrame(rows).T.rename_axis("users")
     breakdown[label] = view

@@ -15,9 +15,21 @@ from typing import Any
 import pandas as pd
 
 from sparksim.errors import ConfigError
-from sparksim.hardware import get_gpu
+from sparksim.hardware import DTYPE_BYTES, get_gpu
 from sparksim.models import load_model_spec
-from sparksim.roofline import Parallelism, analytic_profile, default_capture_sizes, drafter_presets
+from sparksim.roofline import (
+    Parallelism,
+    analytic_profile,
+    collective_ms,
+    default_capture_sizes,
+    dense_bytes,
+    drafter_presets,
+    eager_step_ms,
+    overlapped,
+    pad_to_capture,
+    routed_compute_ms,
+    verify_flops,
+)
 
 # every option of `sparksim profile analytic`, by parameter name, with its default and type
 OPTION_DEFAULTS: dict[str, Any] = {
@@ -138,3 +150,38 @@ def options_from_command(command: str) -> dict[str, Any]:
             value = Path(text)
         opts[name] = value
     return opts
+
+
+def dense_step_terms(opts: dict[str, Any], tokens: float, sizes: list[int]) -> dict[str, float]:
+    """The dense step's roofline terms (ms) at `tokens` replica tokens, each as charged.
+
+    For a profile made with `opts` (`options_from_command` of its card): the side of
+    max(HBM read, dense GEMMs + grouped GEMMs) that binds, the all-to-alls added (with
+    dual-batch overlap, whichever of kernels and all-to-alls is larger), an eager step's
+    dispatch past its GPU time, the step's fixed overhead, and the tokens after padding to
+    the captured `sizes`. The analyses that explain a step (`analyses/production.py`,
+    `analyses/fixed_collapse.py`) read it term by term.
+    """
+    hw = dataclasses.replace(get_gpu(opts["gpu"]), **{k: opts[k] for k in HW_OPTIONS if opts.get(k) is not None})
+    model = load_model_spec(opts["model"])
+    par = Parallelism(opts["gpus"], opts["parallel"], opts["nodes"], opts["micro_batches"],
+                      opts["redundant_experts"], opts["expert_imbalance"])
+    dtype = DTYPE_BYTES[opts["dtype"]]
+    padded, eager = pad_to_capture(tokens, sizes)
+    t = float(padded)
+    hbm = float(dense_bytes(model, t, dtype_bytes=dtype, parallel=par)) / (hw.mem_bytes_per_s * hw.mem_eff) * 1e3
+    routed_flops = 2.0 * model.moe_layers * model.experts_per_token * model.expert_params * t
+    gemm = (float(verify_flops(model, t)) - routed_flops) / par.gpus / (hw.peak_for(dtype) * hw.compute_eff) * 1e3
+    grouped = float(routed_compute_ms(hw, model, t, expert_layers=model.moe_layers, dtype_bytes=dtype, parallel=par))
+    comm = float(collective_ms(hw, model, t, dtype_bytes=dtype, parallel=par))
+    kernels = max(hbm, gemm + grouped)
+    hidden = par.micro_batches == 2  # the smaller of kernels and all-to-alls hides under the larger
+    keep_kernels, keep_comm = (kernels >= comm, comm > kernels) if hidden else (True, True)
+    gpu = float(overlapped(kernels, comm, par))
+    dispatch = float(eager_step_ms(gpu, hw.eager_overhead_ms(model.num_layers))) - gpu if bool(eager) else 0.0
+    memory_bound = hbm >= gemm + grouped
+    return {"HBM read": hbm * (keep_kernels and memory_bound),
+            "dense GEMMs": gemm * (keep_kernels and not memory_bound),
+            "grouped GEMMs": grouped * (keep_kernels and not memory_bound),
+            "all-to-all": comm * keep_comm, "eager dispatch": dispatch,
+            "step overhead": hw.step_overhead_ms, "padded tokens": t}
