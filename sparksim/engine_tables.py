@@ -411,6 +411,11 @@ class AtomSpsTable:
     def _arrays(self) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         return np.asarray(self.token_points, np.float64), np.asarray(self.sps_points, np.float64)
 
+    @property
+    def sps(self) -> NDArray[np.float64]:
+        """steps/s at the points, as an array (the stub's: at every B = 0..max_b)."""
+        return self._arrays[1]
+
     def step_s(self, requests: int, tokens: NDArray[np.int64]) -> NDArray[np.float64]:
         """1 / sps[min(max(B, 0), max_b)], sps linear between points and flat outside them."""
         points, sps = self._arrays

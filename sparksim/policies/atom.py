@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from sparksim.engine_tables import AtomSpsTable
 from sparksim.policies import path
 from sparksim.policies.base import Lengths, Policy, StepBatch
 from sparksim.policies.engine_common import PlannerTable
@@ -87,8 +88,8 @@ class AtomSchedule(Policy):
         a = np.cumprod(np.clip(batch.conf, 1e-6, 1.0 - 1e-6), axis=1, dtype=np.float64)
         ranked = np.sort(a, axis=None)[::-1]
         tau = r + np.concatenate(([0.0], np.cumsum(ranked)))
-        if self._table is None:
-            sps = np.linspace(1.0, 0.1, r * (gamma + 1) + 1)
+        if self._table is None:  # the recipe's stub, at every B (ATOM rebuilds it each step)
+            sps = AtomSpsTable.stub(r, gamma).sps
             theta = tau * sps[np.minimum(r + np.arange(tau.size), sps.size - 1)]
         else:
             theta = tau / self._table.step_s(batch, batch.fixed_tokens + np.arange(tau.size, dtype=np.int64))
