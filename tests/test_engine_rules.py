@@ -21,6 +21,7 @@ from sparksim.engine_tables import (
 from sparksim.errors import ConfigError
 from sparksim.policies import make_policy
 from sparksim.policies.base import Policy, StepBatch
+from sparksim.policies.path import top_k_lengths
 from sparksim.runner import load_scenario, simulate
 from tests.policy_helpers import profile
 
@@ -316,3 +317,50 @@ def test_trtllm_with_the_verified_blocks_snapshot_anticipates_its_own_drafts() -
     assert verifies_x2(.9, lag=0) and not verifies_x2(.01, lag=0)  # τ/T: .215 vs .19, then .170
     assert verifies_x2(.9, lag=1) == verifies_x2(.01, lag=1)
     assert not make_policy("trtllm-planner", 3, {"lag": 0}).lossless
+
+
+# ------------------------------------------------------------------------------ one price
+
+
+@pytest.mark.parametrize(("spec", "params"), [("vllm-adaptive", {}), ("sglang-dspark", {}),
+                                              ("atom-schedule", {"table": "exact", "ragged": False}),
+                                              ("trtllm-planner", {})])
+def test_the_exact_table_is_the_price_the_engine_charges(spec: str, params: dict[str, object],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # On a profile whose price depends on the longest verified block (padded attention), every
+    # cut a rule prices with `table=exact` must cost what the engine charges for that cut's ℓ.
+    import warnings
+
+    from sparksim.pricing import StepCost
+    from sparksim.profile import load_profile
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        prof = load_profile("profiles/cpu-tinylm-d128-live-measured")
+    cost = StepCost.for_decode(prof, 3, 600.0, 4, prof.default_drafter, kv_longest=300.0)
+    assert cost.shaped
+    b = StepBatch.from_conf([[.9, .8, .7, .6], [.5, .9, .9, .9], [.95, .3, .9, .9]], prof, cost=cost)
+    seen: list[tuple[np.ndarray, np.ndarray]] = []
+    real = StepCost.step_s
+
+    def recording(self: StepCost, tokens: object, longest: object = None) -> np.ndarray:
+        out = real(self, tokens, longest)
+        seen.append((np.atleast_1d(np.asarray(tokens)), np.atleast_1d(out)))
+        return out
+
+    policy = make_policy(spec, 4, params)
+    for _ in range(2):  # the snapshot is this same batch: stale survivals = fresh
+        policy.decide(b)
+    monkeypatch.setattr(StepCost, "step_s", recording)
+    policy.decide(b)
+    assert seen
+    r = b.num_requests
+    for tokens, priced in seen:
+        for t, s in zip(tokens, priced, strict=True):
+            k = int(t) - b.fixed_tokens
+            if spec == "trtllm-planner":  # one draft each, then the top of the tails
+                tail = np.sort(b.survival[:, 1:], axis=None)[::-1][k - r - 1] if k > r else np.inf
+                lengths = 1 + (b.survival[:, 1:] >= tail).sum(axis=1) if k > r else np.ones(r, np.int64)
+            else:
+                lengths = top_k_lengths(b.survival, k)
+            assert s == pytest.approx(cost.price(np.asarray(lengths, np.int64)).total_s, rel=1e-9), (t, lengths)

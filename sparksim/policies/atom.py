@@ -92,7 +92,8 @@ class AtomSchedule(Policy):
             sps = AtomSpsTable.stub(r, gamma).sps
             theta = tau * sps[np.minimum(r + np.arange(tau.size), sps.size - 1)]
         else:
-            theta = tau / self._table.step_s(batch, batch.fixed_tokens + np.arange(tau.size, dtype=np.int64))
+            longest = path.path_longest(a, ranked, tau.size - 1) if self._table.needs_longest(batch) else None
+            theta = tau / self._table.step_s(batch, batch.fixed_tokens + np.arange(tau.size, dtype=np.int64), longest)
         if self.early_stop:
             drops = np.flatnonzero(theta[1:] <= theta[:-1])
             m = int(drops[0]) if drops.size else tau.size - 1

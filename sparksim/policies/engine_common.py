@@ -110,12 +110,22 @@ class PlannerTable:
                 self._table = et.read_table(Path(self.spec), self.engine)
         return self._table
 
-    def step_s(self, batch: StepBatch, tokens: NDArray[np.int64]) -> NDArray[np.float64]:
-        """Seconds of this batch's step at each of `tokens` batch tokens, as the planner prices it."""
+    def step_s(self, batch: StepBatch, tokens: NDArray[np.int64],
+               longest: NDArray[np.int64] | None = None) -> NDArray[np.float64]:
+        """Seconds of this batch's step at each of `tokens` batch tokens, as the planner prices it.
+
+        `longest` (the longest verified block at each, where the caller knows it) reaches
+        sparksim's price when it depends on it (`StepCost.shaped`: padded attention), so
+        `exact` is the price the engine charges; an engine's table has no such axis.
+        """
         table = self.table(batch)
         if table is None:
-            return np.asarray(batch.cost.step_s(tokens), dtype=np.float64)
+            return np.asarray(batch.cost.step_s(tokens, longest), dtype=np.float64)
         return table.step_s(batch.num_requests, tokens)
+
+    def needs_longest(self, batch: StepBatch) -> bool:
+        """Whether the price at a cut depends on its longest block (`exact` on a padded profile)."""
+        return self.spec == "exact" and batch.cost.shaped
 
     def is_flat(self, batch: StepBatch) -> bool:
         table = self.table(batch)

@@ -82,10 +82,11 @@ class SglangDspark(Policy):
         self._stale.push(batch)
         if batch.fixed_tokens > batch.num_requests:  # prompt chunks in the step: no budget
             return path.cap_lengths(batch, full)
-        _, ranked = ranked_with_floor(stale, EPS)
+        kept, ranked = ranked_with_floor(stale, EPS)
         n = path.path_length(int(np.count_nonzero(ranked)), batch.fixed_tokens, batch.max_tokens)
         tau = batch.num_requests + np.concatenate(([0.0], np.cumsum(ranked[:n])))
-        step_s = self._table.step_s(batch, batch.num_requests + np.arange(n + 1, dtype=np.int64))
+        longest = path.path_longest(kept, ranked, n) if self._table.needs_longest(batch) else None
+        step_s = self._table.step_s(batch, batch.num_requests + np.arange(n + 1, dtype=np.int64), longest)
         k = argmax_budget(tau, step_s)
         if self.min_gain and tau[k] / step_s[k] < (1.0 + self.min_gain) * tau[n] / step_s[n]:
             k = n

@@ -85,7 +85,9 @@ class TrtllmPlanner(Policy):
         budgets = np.array([r * (t - 1) for t in self.tiers], dtype=np.int64)
         tau = r + snap[:, 0].sum() + np.concatenate(([0.0], np.cumsum(cands)))[budgets]
         tokens = batch.fixed_tokens + r + budgets
-        theta = tau / self._table.step_s(batch, tokens)
+        longest = (np.array([1 + _top_tail(snap, int(b)).max() for b in budgets], dtype=np.int64)
+                   if self._table.needs_longest(batch) else None)
+        theta = tau / self._table.step_s(batch, tokens, longest)
         best = int(budgets.size - 1 - np.argmax(theta[::-1]))  # ties: the larger budget
         full_at = np.flatnonzero(budgets == n_full)
         if full_at.size and theta[best] < theta[full_at[0]] * (1.0 + self.min_gain):

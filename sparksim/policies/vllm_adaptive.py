@@ -41,7 +41,7 @@ from sparksim.policies.engine_common import (
     argmax_budget,
     ranked_with_floor,
 )
-from sparksim.policies.path import path_length, top_k_lengths
+from sparksim.policies.path import path_length, path_longest, top_k_lengths
 
 
 class VllmAdaptive(Policy):
@@ -68,7 +68,8 @@ class VllmAdaptive(Policy):
         _, ranked = ranked_with_floor(stale, 0.0)
         m = path_length(int(np.count_nonzero(ranked)), batch.fixed_tokens, batch.max_tokens)
         tau = batch.num_requests + np.concatenate(([0.0], np.cumsum(ranked[:m])))
-        cost = self._table.step_s(batch, batch.fixed_tokens + np.arange(m + 1, dtype=np.int64))
+        longest = path_longest(stale, ranked, m) if self._table.needs_longest(batch) else None
+        cost = self._table.step_s(batch, batch.fixed_tokens + np.arange(m + 1, dtype=np.int64), longest)
         k = argmax_budget(tau, cost)
         self.last_capacity = k
         return top_k_lengths(batch.survival, k)
