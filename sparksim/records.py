@@ -233,16 +233,23 @@ def itl_bin_value(idx: NDArray[np.int64]) -> NDArray[np.float64]:
     return _ITL_LO * 10.0 ** ((np.asarray(idx, np.float64) - 0.5) / _ITL_PER_DECADE)
 
 
+ITL_BUFFER = 1 << 14  # (gap, count) entries held before they are binned in bulk
+
+
 @dataclass
 class StreamStats:
-    """Steady-state statistics accumulated step by step in O(1) memory."""
+    """Steady-state statistics accumulated step by step in O(1) memory.
+
+    Inter-token gaps arrive as (gap, count) entries, a step's worth at a time; they wait in a
+    fixed buffer and are binned and summed ITL_BUFFER entries at once, in arrival order, so
+    the histogram, the count and the running sum (added left to right) are the ones adding
+    each gap in turn gives, bit for bit. Reading `itl_hist`, `itl_sum_s` or `itl_count`
+    folds the buffer in first.
+    """
 
     gamma: int
     window_start: float
     window_end: float
-    itl_hist: NDArray[np.int64] = field(init=False)
-    itl_sum_s: float = 0.0
-    itl_count: int = 0
     joint: NDArray[np.int64] = field(init=False)  # (γ+1)² counts of (ℓ, accepted drafts)
     window_tokens: int = 0
     window_request_steps: int = 0
@@ -250,7 +257,12 @@ class StreamStats:
     window_emitted_decode: int = 0
 
     def __post_init__(self) -> None:
-        self.itl_hist = np.zeros(_ITL_BINS, dtype=np.int64)
+        self._hist = np.zeros(_ITL_BINS, dtype=np.int64)
+        self._sum_s = 0.0
+        self._count = 0
+        self._gaps = np.empty(ITL_BUFFER, dtype=np.float64)
+        self._counts = np.empty(ITL_BUFFER, dtype=np.int64)
+        self._held = 0
         self.joint = np.zeros((self.gamma + 1) ** 2, dtype=np.int64)
 
     @classmethod
@@ -261,26 +273,72 @@ class StreamStats:
     def in_window(self, at: float) -> bool:
         return self.window_start <= at <= self.window_end
 
+    @property
+    def itl_hist(self) -> NDArray[np.int64]:
+        """Gaps per ITL histogram bin (`itl_bin`)."""
+        self._fold()
+        return self._hist
+
+    @property
+    def itl_sum_s(self) -> float:
+        """The gaps' sum in seconds, added in arrival order."""
+        self._fold()
+        return self._sum_s
+
+    @itl_sum_s.setter
+    def itl_sum_s(self, value: float) -> None:
+        self._fold()
+        self._sum_s = value
+
+    @property
+    def itl_count(self) -> int:
+        """How many gaps were recorded."""
+        self._fold()
+        return self._count
+
     def add_itl(self, gap_s: float, count: int) -> None:
         """Record `count` inter-token gaps of `gap_s` seconds (a NaN gap, of unknown start, is skipped)."""
         if count <= 0 or gap_s != gap_s:
             return
-        self.itl_hist[itl_bin(gap_s)] += count
-        self.itl_sum_s += gap_s * count
-        self.itl_count += count
+        k = self._held
+        if k == ITL_BUFFER:
+            self._fold()
+            k = 0
+        self._gaps[k] = gap_s
+        self._counts[k] = count
+        self._held = k + 1
 
     def add_itls(self, gaps_s: NDArray[np.float64]) -> None:
-        """Record one inter-token gap per entry of `gaps_s`, as `add_itl(gap, 1)` for each in turn.
+        """Record one inter-token gap per entry of `gaps_s`, as `add_itl(gap, 1)` for each in turn."""
+        size = gaps_s.size
+        if size > ITL_BUFFER - self._held:
+            self._fold()
+            if size > ITL_BUFFER:
+                self._fold_entries(gaps_s, np.ones(size, dtype=np.int64))
+                return
+        k = self._held
+        self._gaps[k : k + size] = gaps_s
+        self._counts[k : k + size] = 1
+        self._held = k + size
 
-        The running sum is added left to right (`np.add.accumulate`, not a pairwise sum), so
-        the mean is the same float as one call per gap.
-        """
-        gaps_s = gaps_s[gaps_s == gaps_s]  # a NaN gap, of unknown start, is skipped
+    def _fold(self) -> None:
+        """Bin and sum the buffered entries and empty the buffer."""
+        if self._held:
+            k, self._held = self._held, 0
+            self._fold_entries(self._gaps[:k], self._counts[:k])
+
+    def _fold_entries(self, gaps_s: NDArray[np.float64], counts: NDArray[np.int64]) -> None:
+        keep = gaps_s == gaps_s  # a NaN gap, of unknown start, is skipped
+        if not keep.all():
+            gaps_s, counts = gaps_s[keep], counts[keep]
         if not gaps_s.size:
             return
-        np.add.at(self.itl_hist, itl_bins(gaps_s), 1)
-        self.itl_sum_s = float(np.add.accumulate(np.concatenate(([self.itl_sum_s], gaps_s)))[-1])
-        self.itl_count += int(gaps_s.size)
+        # float weights sum integers exactly below 2**53 gaps a bin
+        self._hist += np.bincount(itl_bins(gaps_s), weights=counts, minlength=_ITL_BINS).astype(np.int64)
+        # gap × count is the float `add_itl` added one entry at a time; accumulate adds left
+        # to right (not pairwise), so the sum is the same float as one entry per call
+        self._sum_s = float(np.add.accumulate(np.concatenate(([self._sum_s], gaps_s * counts)))[-1])
+        self._count += int(counts.sum())
 
     def itl_quantiles(self, qs: list[float]) -> list[float]:
         """Return ITL quantiles (seconds) from the histogram; nan if no gap was recorded."""

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from sparksim import records
 from sparksim.batch_layout import NUM_FIELDS, RID
 from sparksim.cluster import Cluster
 from sparksim.records import StreamStats, itl_bin, itl_bins
@@ -46,6 +47,41 @@ def test_adding_gaps_as_an_array_equals_adding_them_one_by_one(gaps: list[float]
     assert bulk.itl_sum_s == one.itl_sum_s  # the same float, not a close one
     assert bulk.itl_count == one.itl_count
     assert bulk.itl_hist.tolist() == one.itl_hist.tolist()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(
+    st.tuples(st.one_of(st.floats(1e-7, 50.0), st.just(math.nan)), st.integers(-1, 300)),
+    st.lists(st.one_of(st.floats(1e-7, 50.0), st.just(math.nan)), max_size=12),
+), max_size=40), st.integers(1, 9))
+def test_buffered_gaps_fold_into_the_figures_adding_each_gap_in_turn_gives(
+        calls: list[tuple[float, int] | list[float]], buffer: int) -> None:
+    # Why: gaps wait in a buffer and are binned in bulk (issue 23); whatever the buffer size
+    # and wherever it fills, the summary's ITL figures must be the scalar rule's, bit for bit.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(records, "ITL_BUFFER", buffer)
+        stats = StreamStats(7, 0.0, 1.0)
+        _feed_and_compare(stats, calls)
+
+
+def _feed_and_compare(stats: StreamStats, calls: list[tuple[float, int] | list[float]]) -> None:
+    hist, total, count = np.zeros_like(stats.itl_hist), 0.0, 0
+    for call in calls:
+        if isinstance(call, tuple):
+            gap, times = call
+            stats.add_itl(gap, times)
+            pairs = [(gap, times)]
+        else:
+            stats.add_itls(np.array(call, dtype=np.float64))
+            pairs = [(g, 1) for g in call]
+        for gap, times in pairs:
+            if times > 0 and gap == gap:
+                hist[itl_bin(gap)] += times
+                total += gap * times
+                count += times
+    assert stats.itl_count == count
+    assert stats.itl_sum_s == total  # the same float, not a close one
+    assert stats.itl_hist.tolist() == hist.tolist()
 
 
 @pytest.fixture(scope="module")
