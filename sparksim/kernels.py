@@ -13,7 +13,7 @@ out-of-trace checks): some fifteen small array operations at R = 64, in one loop
 
 Each kernel exists twice. The numba versions (the `fast` extra) run when numba is installed
 and `SPARKSIM_KERNELS` is not `numpy`: by default a process starts on the numpy twins and
-loads numba once it has run `WARM_STEPS` engine steps (numba's load pays only for long
+loads numba once it has made `WARM_CALLS` kernel calls (numba's load pays only for long
 runs); `SPARKSIM_KERNELS=numba` binds numba on the first call. The numpy versions run
 otherwise. Both give identical
 results: the same additions in the same order, the same divisions, the same tie rule
@@ -199,23 +199,24 @@ def _on_first_call(name: str) -> Callable[..., Any]:
     return first_call
 
 
-# Loading numba and its cached kernels costs about 0.5-0.7 s per process and saves about
-# 40 µs per engine step at R = 64, so it pays from roughly this many steps: a short run
-# finishes on the numpy twins, a long one switches once it gets here (same results).
-WARM_STEPS = 20_000
-_steps_taken = 0
+# Loading numba and its cached kernels costs about 0.6 s per process; each compiled call
+# saves 5-13 µs over its numpy twin (advance 12 µs at R = 32-256, theta_scan 6-10 µs,
+# count_at_least 5 µs; 2026-12-01, EPYC VM). So it pays from roughly this many calls: a plain
+# decoding step makes one (advance), a policy's step several, and a short run finishes on
+# the numpy twins while a long one switches once it gets here (same results).
+WARM_CALLS = 60_000
+_calls_made = 0
 
 
 def _warming(name: str) -> Callable[..., Any]:
-    """Return a stand-in for kernel `name`: the numpy twin until WARM_STEPS engine steps, then numba."""
+    """Return a stand-in for kernel `name`: the numpy twin until WARM_CALLS kernel calls, then numba."""
     twin = getattr(NUMPY, name)
 
     def call(*args: Any) -> Any:
-        global _steps_taken
-        if name == "advance":
-            _steps_taken += 1
-            if _steps_taken >= WARM_STEPS:
-                use("numba")
+        global _calls_made
+        _calls_made += 1
+        if _calls_made >= WARM_CALLS:
+            use("numba")
         return twin(*args)
 
     return call

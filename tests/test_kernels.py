@@ -161,9 +161,10 @@ def test_sparksim_kernels_numpy_selects_the_numpy_backend() -> None:
 
 
 @numba_only
-def test_numba_loads_only_once_a_run_has_stepped_enough_to_pay_for_it() -> None:
+def test_numba_loads_only_once_a_run_has_called_the_kernels_enough_to_pay_for_it() -> None:
     # Why: numba loads LLVM (0.5-0.7 s); `sparksim policies` or `validate` never step, and a
-    # short run finishes sooner on the numpy twins (same results). SPARKSIM_KERNELS=numba
+    # short run finishes sooner on the numpy twins (same results): it loads after WARM_CALLS
+    # kernel calls, counting the one already made. SPARKSIM_KERNELS=numba
     # binds it on the first call.
     code = (
         "import sys; import numpy as np; import sparksim.cli, sparksim.policies, sparksim.engine; "
@@ -173,7 +174,7 @@ def test_numba_loads_only_once_a_run_has_stepped_enough_to_pay_for_it() -> None:
         "st = np.zeros((NUM_FIELDS, 2), dtype=np.int64); st[OUT_LEN] = st[ROW_END] = 10**9; "
         "one = np.ones(2, dtype=np.int64); acc = np.ones(2 * 10**5, dtype=np.int64); "
         "joint = np.zeros(64, dtype=np.int64); "
-        "[kernels.advance(st, 2, one, acc, joint, 7) for _ in range(kernels.WARM_STEPS)]; "
+        "[kernels.advance(st, 2, one, acc, joint, 7) for _ in range(kernels.WARM_CALLS)]; "
         "print(before, first, 'numba' in sys.modules, kernels.BACKEND)"
     )
     env = {k: v for k, v in os.environ.items() if k != "SPARKSIM_KERNELS"}
