@@ -13,7 +13,7 @@
 # (`profiles/a100-opt13b-{distserve,vllm}-published`, written by `sparksim profile fitted`)
 # and its benchmark arrivals (1,000 requests, 512-token prompts, 256 decode iterations,
 # Poisson 4 req/s from `numpy.random.default_rng(0).exponential(0.25, 999)`). The reference
-# column is what DistServe's own code (LLMServe/DistServe@82831f1) reports; `sparksim.crosscheck`
+# column is what DistServe's own code (LLMServe/DistServe@82831f1) reports; `sparksim.studies.crosscheck`
 # says how each setting maps. Goal (docs/design.md §6): within 5 %, TTFT p90 within 10 %.
 
 # %%
@@ -23,8 +23,8 @@ import tempfile
 import warnings
 from pathlib import Path
 
-from sparksim.crosscheck import compare, run_benchmark
-from sparksim.profile import ProfileWarning
+from sparksim.studies.crosscheck import compare, run_benchmark
+from sparksim.cost.profile import ProfileWarning
 
 warnings.simplefilter("ignore", ProfileWarning)  # the fit's own dip at 95 requests, see the card
 for mode in ("disaggregated", "colocated"):

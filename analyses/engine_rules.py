@@ -33,10 +33,10 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from sparksim.bias_exact import appendix_a_case, exact_table
-from sparksim.biaslab import appendix_a_profile
-from sparksim.profile import ProfileWarning, load_profile
-from sparksim.runner import load_scenario, simulate
+from sparksim.bias.bias_exact import appendix_a_case, exact_table
+from sparksim.bias.biaslab import appendix_a_profile
+from sparksim.cost.profile import ProfileWarning, load_profile
+from sparksim.sim.runner import load_scenario, simulate
 from sparksim.traces.synth import preset, synthesize
 
 warnings.simplefilter("ignore", ProfileWarning)

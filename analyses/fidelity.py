@@ -39,8 +39,8 @@ from typing import Any
 import pandas as pd
 
 from sparksim.config import REPO_ROOT, parse_scenario
-from sparksim.profile import ProfileWarning
-from sparksim.runner import simulate
+from sparksim.cost.profile import ProfileWarning
+from sparksim.sim.runner import simulate
 
 warnings.simplefilter("ignore", ProfileWarning)
 DATA = Path(os.environ.get("SPARKSIM_FIDELITY_DATA", REPO_ROOT / "analyses" / "data" / "live-fidelity"))

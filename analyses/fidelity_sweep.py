@@ -29,12 +29,12 @@ import pandas as pd
 import yaml
 
 from sparksim.config import REPO_ROOT
-from sparksim.frontier import speedup_at_matched_throughput
+from sparksim.studies.frontier import speedup_at_matched_throughput
 from sparksim.hardware import GPUS
-from sparksim.models import load_model_spec
-from sparksim.profile import ProfileWarning, write_profile
-from sparksim.roofline import analytic_profile, default_capture_sizes
-from sparksim.sweep import grid, parse_vary, run_sweep
+from sparksim.cost.models import load_model_spec
+from sparksim.cost.profile import ProfileWarning, write_profile
+from sparksim.cost.roofline import analytic_profile, default_capture_sizes
+from sparksim.studies.sweep import grid, parse_vary, run_sweep
 
 warnings.simplefilter("ignore", ProfileWarning)
 users = os.environ.get("SPARKSIM_ANALYSIS_USERS", "1,2,4,8,16,32,64,128,256")

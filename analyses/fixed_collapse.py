@@ -47,12 +47,12 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from sparksim.analytic import build_analytic, dense_step_terms, options_from_command
+from sparksim.cost.analytic import build_analytic, dense_step_terms, options_from_command
 from sparksim.config import REPO_ROOT
-from sparksim.pricing import StepCost
-from sparksim.profile import ProfileWarning, load_profile, write_profile
-from sparksim.runner import load_scenario, simulate
-from sparksim.sweep import grid, parse_vary, run_sweep
+from sparksim.cost.pricing import StepCost
+from sparksim.cost.profile import ProfileWarning, load_profile, write_profile
+from sparksim.sim.runner import load_scenario, simulate
+from sparksim.studies.sweep import grid, parse_vary, run_sweep
 
 warnings.simplefilter("ignore", ProfileWarning)
 PROFILES = {"8xH200": "h200x8-deepseek-v3-analytic", "32xH800": "h800x32-deepseek-v3-analytic"}

@@ -21,8 +21,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from sparksim.frontier import speedup_at_matched_throughput
-from sparksim.sweep import grid, parse_vary, run_sweep
+from sparksim.studies.frontier import speedup_at_matched_throughput
+from sparksim.studies.sweep import grid, parse_vary, run_sweep
 
 OUT = Path(os.environ.get("SPARKSIM_ANALYSIS_OUT", "results/analyses"))
 users = os.environ.get("SPARKSIM_ANALYSIS_USERS", "4,16,64,128")

@@ -23,8 +23,8 @@ import os
 
 import pandas as pd
 
-from sparksim.profile import load_profile
-from sparksim.runner import load_scenario, simulate
+from sparksim.cost.profile import load_profile
+from sparksim.sim.runner import load_scenario, simulate
 from sparksim.traces.synth import preset, synthesize
 
 users = int(os.environ.get("SPARKSIM_ANALYSIS_HEAVY_USERS", "192"))

@@ -44,19 +44,19 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from sparksim.analytic import build_analytic, dense_step_terms, options_from_command
+from sparksim.cost.analytic import build_analytic, dense_step_terms, options_from_command
 from sparksim.config import REPO_ROOT
-from sparksim.frontier import speedup_at_matched_throughput
+from sparksim.studies.frontier import speedup_at_matched_throughput
 from sparksim.hardware import GPUS
-from sparksim.models import load_model_spec
-from sparksim.pricing import StepCost
-from sparksim.profile import ProfileWarning, load_profile, write_profile
-from sparksim.roofline import (
+from sparksim.cost.models import load_model_spec
+from sparksim.cost.pricing import StepCost
+from sparksim.cost.profile import ProfileWarning, load_profile, write_profile
+from sparksim.cost.roofline import (
     Parallelism,
     analytic_profile,
     drafter_presets,
 )
-from sparksim.sweep import grid, parse_vary, run_sweep
+from sparksim.studies.sweep import grid, parse_vary, run_sweep
 
 warnings.simplefilter("ignore", ProfileWarning)
 users = os.environ.get("SPARKSIM_ANALYSIS_USERS", "1,4,16,64,128,256,512,1024,1536,2048")

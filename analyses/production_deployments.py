@@ -46,10 +46,10 @@ import numpy as np
 import pandas as pd
 
 from sparksim.hardware import GPUS, HardwareSpec
-from sparksim.models import ModelSpec, load_model_spec
-from sparksim.pricing import StepCost, StepPrice
-from sparksim.profile import Profile, ProfileWarning, load_profile, write_profile
-from sparksim.roofline import (
+from sparksim.cost.models import ModelSpec, load_model_spec
+from sparksim.cost.pricing import StepCost, StepPrice
+from sparksim.cost.profile import Profile, ProfileWarning, load_profile, write_profile
+from sparksim.cost.roofline import (
     Parallelism,
     analytic_profile,
     collective_ms,
@@ -60,7 +60,7 @@ from sparksim.roofline import (
     routed_compute_ms,
     verify_flops,
 )
-from sparksim.runner import load_scenario, simulate
+from sparksim.sim.runner import load_scenario, simulate
 
 warnings.simplefilter("ignore", ProfileWarning)
 DURATION = float(os.environ.get("SPARKSIM_ANALYSIS_DURATION", "300"))

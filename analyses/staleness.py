@@ -22,7 +22,7 @@ import os
 
 import pandas as pd
 
-from sparksim.runner import load_scenario, simulate
+from sparksim.sim.runner import load_scenario, simulate
 
 users = int(os.environ.get("SPARKSIM_ANALYSIS_CONCURRENCY", "64"))
 DURATION = float(os.environ.get("SPARKSIM_ANALYSIS_DURATION", "20"))

@@ -18,7 +18,7 @@
 # - (a) **analytic defaults**: `profiles/h100-llama-2-7b-analytic`, `profiles/h100x2-mixtral-8x7b-analytic`,
 #   datasheet peaks and published kernel efficiencies (`sparksim/hardware.py`), nothing fitted to any run;
 # - (b) **calibrated, held out**: for each run, the same base profile calibrated
-#   (`sparksim.calibration`, what `sparksim profile calibrate` runs) on the *other two* runs of
+#   (`sparksim.studies.calibration`, what `sparksim profile calibrate` runs) on the *other two* runs of
 #   the same model, then used to predict this one. The fitted parameters: large-GEMM and
 #   weight-streaming efficiencies and a per-request latency outside the engine (the
 #   measurements are client-side).
@@ -44,7 +44,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from sparksim.calibration import (
+from sparksim.studies.calibration import (
     Calibrator,
     MeasuredRun,
     engine_settings,
@@ -54,7 +54,7 @@ from sparksim.calibration import (
     stage_table,
 )
 from sparksim.config import REPO_ROOT
-from sparksim.profile import ProfileWarning
+from sparksim.cost.profile import ProfileWarning
 
 warnings.simplefilter("ignore", ProfileWarning)
 DATA = REPO_ROOT / "analyses" / "data" / "inference-sim-vllm"

@@ -33,14 +33,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sparksim.capacity import ABOVE, BELOW, find_capacity, parse_slos
+from sparksim.studies.capacity import ABOVE, BELOW, find_capacity, parse_slos
 from sparksim.config import REPO_ROOT
-from sparksim.engine import kv_capacity_tokens
-from sparksim.frontier import overloaded, pareto_frontier, speedup_at_matched_throughput
-from sparksim.metrics import UNFINISHED_SHARE
-from sparksim.runner import load_inputs, load_scenario
-from sparksim.sweep import grid, parse_vary, run_sweep
-from sparksim.sweep_store import PointStore
+from sparksim.sim.engine import kv_capacity_tokens
+from sparksim.studies.frontier import overloaded, pareto_frontier, speedup_at_matched_throughput
+from sparksim.sim.metrics import UNFINISHED_SHARE
+from sparksim.sim.runner import load_inputs, load_scenario
+from sparksim.studies.sweep import grid, parse_vary, run_sweep
+from sparksim.studies.sweep_store import PointStore
 
 SCENARIO = Path(os.environ.get("SPARKSIM_WHATIF_SCENARIO", REPO_ROOT / "docs" / "scenarios" / "whatif-example.yaml"))
 OUT = Path(os.environ.get("SPARKSIM_ANALYSIS_OUT", "results/analyses"))
@@ -270,8 +270,8 @@ import tempfile  # noqa: E402
 
 import yaml  # noqa: E402
 
-from sparksim.analytic import build_analytic, options_from_command  # noqa: E402
-from sparksim.profile import write_profile  # noqa: E402
+from sparksim.cost.analytic import build_analytic, options_from_command  # noqa: E402
+from sparksim.cost.profile import write_profile  # noqa: E402
 
 PER_GPU = [int(u) for u in os.environ.get(
     "SPARKSIM_WHATIF_USERS_PER_GPU", "8" if "SPARKSIM_ANALYSIS_USERS" in os.environ else "4,16,32,64").split(",")]

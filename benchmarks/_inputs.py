@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sparksim.profile import write_profile
+from sparksim.cost.profile import write_profile
 from sparksim.traces import write_traceset
 
 

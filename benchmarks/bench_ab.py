@@ -24,9 +24,9 @@ import json, sys, tempfile
 from pathlib import Path
 sys.path.insert(0, "benchmarks")
 from _inputs import build_inputs
-from sparksim import kernels
+from sparksim.step import kernels
 kernels.use(sys.argv[2])
-from sparksim.runner import load_scenario, simulate
+from sparksim.sim.runner import load_scenario, simulate
 policy, users, duration = sys.argv[1], int(sys.argv[3]), float(sys.argv[4])
 prof, traces = build_inputs(Path(tempfile.mkdtemp()))
 sets = [f"profile={prof}", f"traces={traces}", f"workload.concurrency={users}",

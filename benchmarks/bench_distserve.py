@@ -1,6 +1,6 @@
 """sparksim against DistServe's simulator, as whole processes, on DistServe's benchmark workload.
 
-Both simulate the same thing (`sparksim.crosscheck`: OPT-13B on an A100, DistServe's fitted
+Both simulate the same thing (`sparksim.studies.crosscheck`: OPT-13B on an A100, DistServe's fitted
 cost model, 512-token prompts, 256 decode iterations, Poisson 4 req/s from
 `numpy.random.default_rng(0)`), so the wall time of each whole process (start-up included)
 is a fair comparison. docs/design.md §5's target: sparksim faster at 1,000 requests and ≥ 10× at
@@ -27,8 +27,8 @@ SPARKSIM = textwrap.dedent("""
     from pathlib import Path
     warnings.simplefilter("ignore")
     from sparksim.config import parse_scenario
-    from sparksim.crosscheck import benchmark_arrivals, scenario
-    from sparksim.runner import simulate
+    from sparksim.studies.crosscheck import benchmark_arrivals, scenario
+    from sparksim.sim.runner import simulate
     mode, n = sys.argv[1], int(sys.argv[2])
     with tempfile.TemporaryDirectory() as tmp:
         csv = Path(tmp) / "arrivals.csv"

@@ -23,9 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _inputs import build_inputs
 
-from sparksim import kernels
 from sparksim.policies import REGISTRY
-from sparksim.runner import load_scenario, simulate
+from sparksim.sim.runner import load_scenario, simulate
+from sparksim.step import kernels
 
 
 def steps_per_second(prof: Path, traces: Path, r: int, policy: str, duration: float) -> dict[str, float]:
@@ -44,7 +44,7 @@ def steps_per_second(prof: Path, traces: Path, r: int, policy: str, duration: fl
 def peak_rss_child(prof: Path, traces: Path, records: bool, duration: float) -> dict[str, float]:
     code = f"""
 import json
-from sparksim.runner import load_scenario, simulate
+from sparksim.sim.runner import load_scenario, simulate
 sets = ["profile={prof}", "traces={traces}", "workload.concurrency=2048", "cluster.replicas=8",
         "cluster.max_concurrency=256", "run.duration_s={duration}", "run.records.steps={str(records).lower()}",
         "policy.gamma=3"]

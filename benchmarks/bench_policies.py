@@ -15,7 +15,7 @@ every k needs, timed the same way.
     .venv/bin/python benchmarks/bench_policies.py --quick    # R = 256, γ = 7 only
     .venv/bin/python benchmarks/bench_policies.py --quick --kernels numpy   # without numba
 
-The path policies walk Θ and count the fill in `sparksim.kernels`: compiled by
+The path policies walk Θ and count the fill in `sparksim.step.kernels`: compiled by
 numba when it is installed (the `fast` extra), numpy otherwise. The header says which.
 """
 
@@ -27,10 +27,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from sparksim import kernels
+from sparksim.cost.profile import DraftTable, Profile
 from sparksim.policies import REGISTRY, make_policy
 from sparksim.policies.base import StepBatch
-from sparksim.profile import DraftTable, Profile
+from sparksim.step import kernels
 
 GRAPH_SIZES = [1, 2, 4, *range(8, 513, 8)]  # vLLM's default CUDA-graph capture sizes
 

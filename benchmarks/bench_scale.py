@@ -34,7 +34,7 @@ CHILD = textwrap.dedent("""
     from pathlib import Path
     warnings.simplefilter("ignore")
     t0 = time.perf_counter()
-    from sparksim.runner import load_scenario, records_folder, simulate, write_results
+    from sparksim.sim.runner import load_scenario, records_folder, simulate, write_results
     n, rate, replicas, duration, steps, stream = (int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]),
                                                   float(sys.argv[4]), sys.argv[5] == "1", sys.argv[6])
     sc, base = load_scenario(None, [

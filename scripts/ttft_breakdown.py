@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sparksim.metrics import step_gaps
-from sparksim.profile import load_profile
+from sparksim.cost.profile import load_profile
+from sparksim.sim.metrics import step_gaps
 
 DEFAULT_PROFILE = Path(__file__).resolve().parents[1] / "profiles" / "cpu-tinylm-d128-live-measured"
 

@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sparksim import kernels
-from sparksim.batch_layout import NUM_FIELDS, OUT_LEN, ROW_END
-from sparksim.profile import write_profile
+from sparksim.cost.profile import write_profile
+from sparksim.step import kernels
+from sparksim.step.batch_layout import NUM_FIELDS, OUT_LEN, ROW_END
 from sparksim.traces import write_traceset
 
 

@@ -9,8 +9,8 @@ import numpy as np
 from hypothesis import strategies as st
 from numpy.typing import NDArray
 
+from sparksim.cost.profile import DraftTable, LookupMode, Profile
 from sparksim.policies.base import StepBatch
-from sparksim.profile import DraftTable, LookupMode, Profile
 
 CONF_GRID = [round(0.05 * i, 2) for i in range(21)]  # 0.0 .. 1.0, so ties and zeros occur
 

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from sparksim.atomic import atomic_dir, atomic_file, current_umask, write_text
-from sparksim.sweep import write_sweep
+from sparksim.studies.sweep import write_sweep
 
 
 @pytest.fixture(params=[0o022, 0o077, 0o002])

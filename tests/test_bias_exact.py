@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from sparksim import bias_exact as bx
-from sparksim.biaslab import P_DRAFT, P_TARGET, appendix_a_profile
+from sparksim.bias import bias_exact as bx
+from sparksim.bias.biaslab import P_DRAFT, P_TARGET, appendix_a_profile
+from sparksim.cost.profile import Profile, load_profile
 from sparksim.policies.two_step import TwoStep
-from sparksim.profile import Profile, load_profile
 
 REPO = Path(__file__).resolve().parents[1]
 LOSSLESS_SPECS = ["static:gamma=1", "static:gamma=2", "greedy", "threshold:t=0.6", "two-step:delay=1",

@@ -36,10 +36,10 @@ def test_holm_adjustment_is_step_down_and_monotone() -> None:
 
 
 def test_live_continuations_under_a_lossless_policy_match_plain_decoding() -> None:
+    from sparksim.cost.profile import load_profile
     from sparksim.live.engine import LiveModels
     from sparksim.live.span import continuations
     from sparksim.policies import make_policy
-    from sparksim.profile import load_profile
 
     from .test_live import GAMMA, PROMPT, _models
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from sparksim.biaslab import appendix_a_profile, run_bias_lab
+from sparksim.bias.biaslab import appendix_a_profile, run_bias_lab
 from sparksim.policies import REGISTRY
 
 TRIALS = 2000
@@ -47,7 +47,7 @@ def test_a_policy_spec_passes_its_parameters_and_labels_them() -> None:
 
 
 def test_each_policy_draws_from_its_own_stream_and_reports_progress() -> None:
-    from sparksim.biaslab import policy_stream
+    from sparksim.bias.biaslab import policy_stream
 
     assert policy_stream(0, "greedy").random() != policy_stream(0, "two-step").random()
     assert policy_stream(0, "greedy").random() == policy_stream(0, "greedy").random()

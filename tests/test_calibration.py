@@ -16,7 +16,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from sparksim.calibration import (
+from sparksim.cli import app
+from sparksim.errors import ConfigError, FormatError
+from sparksim.studies.calibration import (
     Calibrator,
     EngineSettings,
     MeasuredRun,
@@ -27,8 +29,6 @@ from sparksim.calibration import (
     stability_margin,
     stage_table,
 )
-from sparksim.cli import app
-from sparksim.errors import ConfigError, FormatError
 
 REPO = Path(__file__).resolve().parents[1]
 BASE = REPO / "profiles" / "h100-llama-2-7b-analytic"

@@ -10,8 +10,10 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-import sparksim.capacity
-from sparksim.capacity import (
+import sparksim.studies.capacity
+from sparksim.cli import app
+from sparksim.errors import ConfigError
+from sparksim.studies.capacity import (
     ABOVE,
     BELOW,
     FOUND,
@@ -23,10 +25,8 @@ from sparksim.capacity import (
     parse_slos,
     run_points,
 )
-from sparksim.cli import app
-from sparksim.errors import ConfigError
-from sparksim.sweep import SweepPoint, run_rows
-from sparksim.sweep_store import PointStore
+from sparksim.studies.sweep import SweepPoint, run_rows
+from sparksim.studies.sweep_store import PointStore
 
 runner = CliRunner()
 
@@ -136,7 +136,7 @@ def test_a_rerun_of_the_command_simulates_nothing_and_writes_the_same_table(
     def must_not_run(*args: object) -> dict[str, object]:
         raise AssertionError("a finished run was simulated again")
 
-    monkeypatch.setattr(sparksim.capacity, "run_capacity_point", must_not_run)
+    monkeypatch.setattr(sparksim.studies.capacity, "run_capacity_point", must_not_run)
     second = runner.invoke(app, [*args, "--workers", "1"])
     assert second.exit_code == 0, second.output
     assert f"reused {runs} of {runs} runs" in said(second)
@@ -180,7 +180,7 @@ def test_bad_input_fails_in_one_line_before_anything_runs(
     def forbidden(*args: object) -> dict[str, object]:
         raise AssertionError("simulated before checking the input")
 
-    monkeypatch.setattr(sparksim.capacity, "run_capacity_point", forbidden)
+    monkeypatch.setattr(sparksim.studies.capacity, "run_capacity_point", forbidden)
     out = tmp_path / "cap"
     args = cli_args(sloped_profile, varied_traces, out, "--workers", "1")
     if "--policy" in extra:
@@ -220,7 +220,7 @@ def test_a_run_ending_mid_decode_is_not_overload_but_a_growing_queue_is(
     base = [f"profile={sloped_profile}", f"traces={varied_traces}", "run.duration_s=6",
             "run.cooldown_s=0", "run.warmup_s=1"]
     point = SweepPoint("static:gamma=1", ("seed=0", *load_sets("poisson", rate)))
-    row = sparksim.capacity.run_capacity_point(None, base, point)
+    row = sparksim.studies.capacity.run_capacity_point(None, base, point)
     assert row["steady_unfinished"] > 0.05 * (row["steady_requests"] + row["steady_unfinished"])
     assert (row["steady_waiting"] > 0) is overloaded_run
     assert miss_reason(row, {"p90_tpot_ms": 1e6}).startswith("overloaded") is overloaded_run

@@ -76,7 +76,7 @@ def test_a_live_run_says_which_real_drafter_it_ran(sloped_profile: Path, varied_
     # Why: the live engine fills no priced `cost` block, so its table said "drafter paid for: none"
     # for a run that drafted with a real DSpark drafter.
     from sparksim.cli.run import summary_table
-    from sparksim.runner import load_scenario, simulate
+    from sparksim.sim.runner import load_scenario, simulate
 
     sc, base = load_scenario(None, [f"profile={sloped_profile}", f"traces={varied_traces}",
                                     "run.duration_s=2"], "greedy")

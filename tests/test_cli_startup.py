@@ -13,7 +13,7 @@ from sparksim.cli import LAZY_COMMANDS, app, load_command
 def test_importing_the_cli_imports_no_numpy_pandas_scipy_or_simulator() -> None:
     # Why: `sparksim --help` must answer within 0.3 s; NumPy, pandas and SciPy alone take 1 s+.
     code = ("import sys, sparksim.cli; "
-            "print(sorted(m for m in ('numpy', 'pandas', 'scipy', 'simpy', 'sparksim.runner', "
+            "print(sorted(m for m in ('numpy', 'pandas', 'scipy', 'simpy', 'sparksim.sim.runner', "
             "'sparksim.traces.synth') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

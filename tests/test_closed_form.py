@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sparksim.runner import load_scenario, simulate
+from sparksim.sim.runner import load_scenario, simulate
 
 
 @pytest.mark.parametrize("gamma", [1, 3, 7])

@@ -12,12 +12,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sparksim.crosscheck import PROMPT_TOKENS, compare, run_benchmark, scenario, simulate_benchmark
-from sparksim.fitted import DISTSERVE_OPT13B_A100, decode_ms, prefill_ms
-from sparksim.profile import load_profile
+from sparksim.cost.fitted import DISTSERVE_OPT13B_A100, decode_ms, prefill_ms
+from sparksim.cost.profile import load_profile
+from sparksim.studies.crosscheck import (
+    PROMPT_TOKENS,
+    compare,
+    run_benchmark,
+    scenario,
+    simulate_benchmark,
+)
 
 
-@pytest.mark.filterwarnings("ignore::sparksim.profile.ProfileWarning")
+@pytest.mark.filterwarnings("ignore::sparksim.cost.profile.ProfileWarning")
 @pytest.mark.parametrize("mode", ["disaggregated", "colocated"])
 def test_distserve_benchmark_matches_distserve_within_five_percent(mode: str, tmp_path: Path) -> None:
     # Why: docs/design.md §6. Iterations, batch sizes, last completion, TTFT and TPOT must agree
@@ -28,7 +34,7 @@ def test_distserve_benchmark_matches_distserve_within_five_percent(mode: str, tm
     assert table["ok"].all(), table.to_string()
 
 
-@pytest.mark.filterwarnings("ignore::sparksim.profile.ProfileWarning")
+@pytest.mark.filterwarnings("ignore::sparksim.cost.profile.ProfileWarning")
 @pytest.mark.parametrize("engine", ["distserve", "vllm"])
 def test_a_plain_decoding_step_costs_what_distserves_formula_says_at_every_batch_size(
     engine: str,
@@ -54,7 +60,7 @@ def test_a_plain_decoding_step_costs_what_distserves_formula_says_at_every_batch
         assert prof.prefill_s(p) * 1e3 == pytest.approx(prefill_ms(fit, p), rel=1e-7)
 
 
-@pytest.mark.filterwarnings("ignore::sparksim.profile.ProfileWarning")
+@pytest.mark.filterwarnings("ignore::sparksim.cost.profile.ProfileWarning")
 def test_every_step_of_the_colocated_run_is_priced_by_the_fit(tmp_path: Path) -> None:
     # Why: agreement of the summary could hide compensating errors; each recorded step's
     # time must equal DistServe's formula for its requests, context tokens and prompts.
@@ -78,7 +84,7 @@ def test_the_scenarios_name_the_published_profiles(tmp_path: Path) -> None:
         assert sc["profile"].endswith(f"a100-opt13b-{engine}-published")
 
 
-@pytest.mark.filterwarnings("ignore::sparksim.profile.ProfileWarning")
+@pytest.mark.filterwarnings("ignore::sparksim.cost.profile.ProfileWarning")
 @pytest.mark.parametrize("mode", ["disaggregated", "colocated"])
 def test_itl_counts_the_steps_a_request_sat_out(mode: str, tmp_path: Path) -> None:
     # Why: under prefill-first iterations and the context cap a request waits whole steps

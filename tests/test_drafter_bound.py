@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from sparksim.config import parse_scenario
+from sparksim.cost.profile import load_profile
 from sparksim.errors import ConfigError
-from sparksim.profile import load_profile
-from sparksim.runner import load_inputs
+from sparksim.sim.runner import load_inputs
 
 REPO = Path(__file__).resolve().parents[1]
 WITH_DRAFTERS = sorted(p.name for p in (REPO / "profiles").iterdir()

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sparksim.engine_tables import (
+from sparksim.cost.engine_tables import (
     AtomSpsTable,
     SglangAdditiveTable,
     SglangSpsTable,
@@ -22,7 +22,7 @@ from sparksim.errors import ConfigError
 from sparksim.policies import make_policy
 from sparksim.policies.base import Policy, StepBatch
 from sparksim.policies.path import top_k_lengths
-from sparksim.runner import load_scenario, simulate
+from sparksim.sim.runner import load_scenario, simulate
 from tests.policy_helpers import profile
 
 PROFILE = profile([1, 4096], [10.0, 10.0])  # the engines' tables price these batches, not this
@@ -331,8 +331,8 @@ def test_the_exact_table_is_the_price_the_engine_charges(spec: str, params: dict
     # cut a rule prices with `table=exact` must cost what the engine charges for that cut's ℓ.
     import warnings
 
-    from sparksim.pricing import StepCost
-    from sparksim.profile import load_profile
+    from sparksim.cost.pricing import StepCost
+    from sparksim.cost.profile import load_profile
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -1,4 +1,4 @@
-"""Engine cost tables (`sparksim.engine_tables`): each engine's lookup rule, its file, export and import.
+"""Engine cost tables (`sparksim.cost.engine_tables`): each engine's lookup rule, its file, export and import.
 
 Why: an engine's planner prices a step with its own table and its own rule (SGLang's floor,
 TensorRT-LLM's interpolation, vLLM's padded staircase, ATOM's dense stub), and a policy
@@ -19,11 +19,11 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from sparksim import engine_tables as et
 from sparksim.cli import app
+from sparksim.cost import engine_tables as et
+from sparksim.cost.pricing import StepCost
+from sparksim.cost.profile import ProfileWarning, load_profile
 from sparksim.errors import ConfigError, FormatError
-from sparksim.pricing import StepCost
-from sparksim.profile import ProfileWarning, load_profile
 
 ROOT = Path(__file__).resolve().parents[1]
 H200 = ROOT / "profiles" / "h200-qwen3-8b-analytic"

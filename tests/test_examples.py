@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from sparksim.biaslab import run_bias_lab
+from sparksim.bias.biaslab import run_bias_lab
 from sparksim.cli import app
 from sparksim.errors import ConfigError
 from sparksim.policies import make_policy

@@ -11,10 +11,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sparksim import kernels
-from sparksim.invariants import check_run
 from sparksim.policies import REGISTRY
-from sparksim.runner import check_determinism, load_scenario, simulate, write_results
+from sparksim.sim.invariants import check_run
+from sparksim.sim.runner import check_determinism, load_scenario, simulate, write_results
+from sparksim.step import kernels
 
 WORKLOADS = {
     "closed-disagg": ["workload.kind=closed", "workload.concurrency=16"],
@@ -138,7 +138,7 @@ def test_inv6_static_gamma0_is_plain_decoding(sloped_profile: Path, varied_trace
 #
 # A checker that cannot fail checks nothing (STYLE 8): each invariant's checker is fed a real
 # run's tables with one deliberate corruption and must name the invariant it guards. Replacing
-# any checker in sparksim/invariants.py with `return []` fails its case here.
+# any checker in sparksim/sim/invariants.py with `return []` fails its case here.
 
 Tables = tuple[pd.DataFrame, pd.DataFrame, dict[str, int]]
 
@@ -322,7 +322,7 @@ def test_inv1_reads_the_trace_not_the_kernel_that_replayed_it(
     # Why: the records' own balance (accepted = emitted − R) is derived by the replay it is
     # meant to check, so a replay rule broken by one passed every run. Under --check the
     # engine recomputes min(ℓ, the trace's accepted) each step and compares.
-    from sparksim.invariants import InvariantError
+    from sparksim.sim.invariants import InvariantError
 
     def broken(lengths, accepted, remaining):  # type: ignore[no-untyped-def]
         acc = np.clip(np.minimum(lengths, accepted + off_by), 0, lengths)
@@ -339,7 +339,7 @@ def test_inv2_exempts_only_a_lone_overlong_prompt_under_prefill_first(
 ) -> None:
     # Why: prefill-first runs a prompt longer than the token limit alone (vLLM V0,
     # DistServe); INV-2 states that exemption and nothing wider.
-    from sparksim.invariants import inv2_bounds
+    from sparksim.sim.invariants import inv2_bounds
 
     csv = tmp_path / "a.csv"
     csv.write_text("arrival_s,prompt_tokens,output_tokens\n0.0,300,4\n0.0,40,4\n")

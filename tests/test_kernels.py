@@ -16,8 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from numpy.typing import NDArray
 
-from sparksim import kernels
-from sparksim.batch_layout import (
+from sparksim.policies import make_policy
+from sparksim.step import kernels
+from sparksim.step.batch_layout import (
     ACCEPTED,
     CONTEXT,
     EMITTED,
@@ -27,10 +28,9 @@ from sparksim.batch_layout import (
     ROW_END,
     STEPS,
 )
-from sparksim.policies import make_policy
 from tests.policy_helpers import CONF_GRID, batches, confidences
 
-pytestmark = pytest.mark.filterwarnings("ignore::sparksim.profile.ProfileWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::sparksim.cost.profile.ProfileWarning")
 numba_only = pytest.mark.skipif(not kernels.HAVE_NUMBA, reason="numba is not installed")
 
 
@@ -154,7 +154,7 @@ def test_the_compiled_step_advances_the_batch_exactly_as_numpy_does(step, count_
 def test_sparksim_kernels_numpy_selects_the_numpy_backend() -> None:
     env = {**os.environ, "SPARKSIM_KERNELS": "numpy"}
     out = subprocess.run(
-        [sys.executable, "-c", "from sparksim import kernels; print(kernels.BACKEND)"],
+        [sys.executable, "-c", "from sparksim.step import kernels; print(kernels.BACKEND)"],
         env=env, capture_output=True, text=True, check=True,
     )
     assert out.stdout.strip() == "numpy"
@@ -167,8 +167,8 @@ def test_numba_loads_only_once_a_run_has_called_the_kernels_enough_to_pay_for_it
     # kernel calls, counting the one already made. SPARKSIM_KERNELS=numba
     # binds it on the first call.
     code = (
-        "import sys; import numpy as np; import sparksim.cli, sparksim.policies, sparksim.engine; "
-        "from sparksim import kernels; from sparksim.batch_layout import NUM_FIELDS, OUT_LEN, ROW_END; "
+        "import sys; import numpy as np; import sparksim.cli, sparksim.policies, sparksim.sim.engine; "
+        "from sparksim.step import kernels; from sparksim.step.batch_layout import NUM_FIELDS, OUT_LEN, ROW_END; "
         "before = 'numba' in sys.modules; "
         "kernels.count_at_least(np.full((2, 3), 0.5), 0.5); first = 'numba' in sys.modules; "
         "st = np.zeros((NUM_FIELDS, 2), dtype=np.int64); st[OUT_LEN] = st[ROW_END] = 10**9; "
@@ -181,7 +181,7 @@ def test_numba_loads_only_once_a_run_has_called_the_kernels_enough_to_pay_for_it
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
     assert out.stdout.split() == ["False", "False", "True", "numba"]
     eager = subprocess.run(
-        [sys.executable, "-c", "import sys, numpy as np; from sparksim import kernels; "
+        [sys.executable, "-c", "import sys, numpy as np; from sparksim.step import kernels; "
          "kernels.count_at_least(np.full((2, 3), 0.5), 0.5); print('numba' in sys.modules)"],
         capture_output=True, text=True, check=True, env={**env, "SPARKSIM_KERNELS": "numba"})
     assert out.stdout and eager.stdout.split() == ["True"]

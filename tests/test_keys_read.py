@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from sparksim.cli import app
 from sparksim.config import READ_WHEN, Scenario, parse_scenario, scenario_problems
 from sparksim.errors import ConfigError
-from sparksim.runner import load_scenario
+from sparksim.sim.runner import load_scenario
 
 runner = CliRunner()
 EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "docs" / "scenarios").glob("*.yaml"))
@@ -133,7 +133,7 @@ def test_run_cli_accepts_a_policy_with_parameters(tmp_path: Path) -> None:
 
 def test_a_bad_policy_parameter_is_an_error() -> None:
     with pytest.raises(ConfigError, match="no parameter 'gama'"):
-        from sparksim.runner import load_inputs, simulate
+        from sparksim.sim.runner import load_inputs, simulate
         sc, base = load_scenario(None, ["run.duration_s=1"], "static:gama=1")
         simulate(sc, base, inputs=load_inputs(sc, base))
 
@@ -142,7 +142,7 @@ def test_a_bad_policy_parameter_is_an_error() -> None:
 def test_each_example_scenario_runs_below_saturation(path: Path) -> None:
     # Why: an example is what a newcomer copies; one whose queue grows at its own rate
     # teaches overloaded numbers as if they were a serving point.
-    from sparksim.runner import simulate
+    from sparksim.sim.runner import simulate
 
     sc, base = load_scenario(path)
     summary = simulate(sc, base).summary
@@ -151,7 +151,7 @@ def test_each_example_scenario_runs_below_saturation(path: Path) -> None:
 
 
 def test_a_static_policys_label_names_the_drafter_it_paid_for() -> None:
-    from sparksim.runner import simulate
+    from sparksim.sim.runner import simulate
 
     labels = {}
     for spec in ("static:gamma=1", "static:gamma=1,drafter=mtp-1", "static:gamma=0"):
@@ -163,7 +163,7 @@ def test_a_static_policys_label_names_the_drafter_it_paid_for() -> None:
 
 
 def test_the_default_baseline_is_mtp1_on_the_profiles_own_module(flat_profile: Path) -> None:
-    from sparksim.sweep import default_policies
+    from sparksim.studies.sweep import default_policies
 
     policies, note = default_policies(None, [])
     assert policies == ["static:gamma=1,drafter=mtp-1", "two-step"] and "MTP-1" in note

@@ -14,16 +14,15 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "sparksim"
 
-# lowest first; a module's layer is its first component under sparksim (a subpackage as a whole)
+# lowest first; a module's layer is its first component under sparksim (a subpackage as a
+# whole): the layout is the layering, so a subpackage never straddles two layers
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "hardware", "metric_names", "data"),
     ("config", "atomic"),
-    ("models", "profile", "pricing", "roofline", "analytic", "fitted", "traces", "batch_layout", "kernels",
-     "acceptance", "records", "engine_tables"),
+    ("cost", "step", "traces"),
     ("policies",),
-    ("invariants", "workload", "prefix_cache", "engine", "cluster", "metrics", "runner", "validation"),
-    ("sweep", "sweep_pool", "sweep_store", "sweep_ray", "capacity", "calibration", "frontier", "crosscheck", "biaslab", "bias_exact",
-     "plotting", "report", "live", "profiling", "drafter"),
+    ("sim",),
+    ("studies", "bias", "plotting", "report", "live", "profiling", "drafter"),
     ("cli",),
 )
 RANK = {name: i for i, names in enumerate(LAYERS) for name in names}
@@ -85,9 +84,9 @@ def test_the_check_fires_on_an_upward_import() -> None:
     # a check that cannot fail checks nothing: a cost module importing the engine, even
     # inside a function, and a policy importing a sweep via `from sparksim import`
     bad = upward_imports({
-        "sparksim.pricing": "def f():\n    from sparksim.engine import Engine\n",
-        "sparksim.policies.mine": "from sparksim import sweep\n",
-        "sparksim.engine": "from sparksim.pricing import StepCost\n",  # downward: fine
+        "sparksim.cost.pricing": "def f():\n    from sparksim.sim.engine import Engine\n",
+        "sparksim.policies.mine": "from sparksim import studies\n",
+        "sparksim.sim.engine": "from sparksim.cost.pricing import StepCost\n",  # downward: fine
     })
-    assert bad == ["sparksim.pricing (layer 2) -> sparksim.engine (layer 4)",
-                   "sparksim.policies.mine (layer 3) -> sparksim.sweep (layer 5)"]
+    assert bad == ["sparksim.cost.pricing (layer 2) -> sparksim.sim.engine (layer 4)",
+                   "sparksim.policies.mine (layer 3) -> sparksim.studies (layer 5)"]

@@ -36,7 +36,7 @@ from sparksim.live.step import (  # noqa: E402
     inject_context,
     target_step,
 )
-from sparksim.runner import RunResult, load_scenario, simulate  # noqa: E402
+from sparksim.sim.runner import RunResult, load_scenario, simulate  # noqa: E402
 from sparksim.traces.format import load_traceset  # noqa: E402
 
 from ._drafter_fixtures import save_pair, tiny_drafter, tiny_target  # noqa: E402
@@ -608,8 +608,8 @@ def test_the_engine_loop_is_measured_from_live_sessions_into_the_card(pair: Pair
     """sparksim profile live's loop phase: gaps between a live session's steps, fitted per mode and kind."""
     import shutil
 
+    from sparksim.cost.profile import load_profile
     from sparksim.live.profile import add_loop, measure_loop
-    from sparksim.profile import load_profile
 
     prof = tmp_path / "prof"
     shutil.copytree(PROFILE, prof)

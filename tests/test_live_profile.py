@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from sparksim.config import parse_scenario
+from sparksim.cost.profile import load_profile, write_profile
 from sparksim.errors import ConfigError
-from sparksim.profile import load_profile, write_profile
-from sparksim.runner import load_inputs, simulate
+from sparksim.sim.runner import load_inputs, simulate
 
 
 def _points(coef: tuple[float, ...], draft: tuple[float, ...]) -> pd.DataFrame:
@@ -104,7 +104,7 @@ def test_verifying_any_draft_pays_the_drafts_overhead_in_the_engine_and_the_poli
 
 
 def test_a_bad_drafts_overhead_is_named(tmp_path: Path) -> None:
-    from sparksim.profile import check_profile
+    from sparksim.cost.profile import check_profile
 
     prof = _profile(tmp_path, adds=True)
     card = yaml.safe_load((prof / "card.yaml").read_text())
@@ -188,7 +188,7 @@ def test_a_profiled_decision_time_is_charged_per_step(tmp_path: Path) -> None:
 
 
 def test_a_bad_decision_table_or_attention_mode_is_named(tmp_path: Path) -> None:
-    from sparksim.profile import check_profile
+    from sparksim.cost.profile import check_profile
 
     prof = _profile(tmp_path, adds=True)
     card = yaml.safe_load((prof / "card.yaml").read_text())
@@ -243,7 +243,7 @@ def test_the_engine_loop_waits_before_each_step_as_the_card_says(
 
 
 def test_loop_gaps_reads_the_idle_time_before_each_step() -> None:
-    from sparksim.metrics import step_gaps
+    from sparksim.sim.metrics import step_gaps
 
     steps = pd.DataFrame({"start_at": [0.0, 0.010, 0.0152, 0.030], "step_s": [0.009, 0.005, 0.004, 0.004],
                           "prefill_tokens": [80, 0, 0, 40], "num_requests": [0, 3, 3, 0]})
@@ -254,7 +254,7 @@ def test_loop_gaps_reads_the_idle_time_before_each_step() -> None:
 
 
 def test_a_bad_loop_table_is_named(tmp_path: Path) -> None:
-    from sparksim.profile import check_profile
+    from sparksim.cost.profile import check_profile
 
     prof = _with_loop(_profile(tmp_path, adds=True),
                       {"plain": {"decode": {"a_ms": -0.1, "b_ms_per_request": 0.0}}, "fast": {}})

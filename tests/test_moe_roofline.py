@@ -14,11 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sparksim.errors import ConfigError
-from sparksim.hardware import GPUS
-from sparksim.models import PRESETS, ModelSpec
-from sparksim.profile import load_profile, write_profile
-from sparksim.roofline import (
+from sparksim.cost.models import PRESETS, ModelSpec
+from sparksim.cost.profile import load_profile, write_profile
+from sparksim.cost.roofline import (
     Parallelism,
     analytic_profile,
     attention_compute_coef_ms,
@@ -27,6 +25,8 @@ from sparksim.roofline import (
     dense_bytes,
     dense_verify_ms,
 )
+from sparksim.errors import ConfigError
+from sparksim.hardware import GPUS
 
 H100, H200 = GPUS["h100"], GPUS["h200"]
 QWEN = PRESETS["qwen3-8b"]

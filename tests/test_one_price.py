@@ -1,7 +1,7 @@
 """One price: what a policy predicts a step costs is what the engine charges for it.
 
 Why: a scheduler that optimises a different price than it pays is the one bug a scheduler
-testbed must not have. Before the rule was one (`sparksim.pricing`), padded attention was
+testbed must not have. Before the rule was one (`sparksim.cost.pricing`), padded attention was
 priced by B in the policies and by R × (1 + longest ℓ) in the engine: the engine charged
 12 % (up to 15 %) more per step than the cost the policy optimised, on the live profile.
 Here, on every shipped profile and random batches, the policies' view (`StepCost.step_s`,
@@ -19,12 +19,12 @@ import numpy as np
 import pytest
 
 from sparksim.config import REPO_ROOT
+from sparksim.cost.pricing import StepCost
+from sparksim.cost.profile import ProfileWarning, load_profile
 from sparksim.policies.base import Lengths, StepBatch
 from sparksim.policies.greedy import Greedy
 from sparksim.policies.path import CostTable, batch_path, top_k_lengths
-from sparksim.pricing import StepCost
-from sparksim.profile import ProfileWarning, load_profile
-from sparksim.runner import load_scenario, simulate
+from sparksim.sim.runner import load_scenario, simulate
 
 PROFILES = sorted(p.parent for p in (REPO_ROOT / "profiles").glob("*/card.yaml"))
 LIVE = REPO_ROOT / "profiles" / "cpu-tinylm-d128-live-measured"

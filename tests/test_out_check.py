@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import sparksim.runner
-import sparksim.sweep
+import sparksim.sim.runner
+import sparksim.studies.sweep
 from sparksim.cli import app
 from sparksim.cli.common import check_out
 from sparksim.errors import OutputPathError
@@ -24,8 +24,8 @@ def no_simulation(monkeypatch: pytest.MonkeyPatch) -> None:
     def forbidden(*args: object, **kwargs: object) -> None:
         raise AssertionError("simulated before checking --out")
 
-    monkeypatch.setattr(sparksim.runner, "simulate", forbidden)
-    monkeypatch.setattr(sparksim.sweep, "run_sweep", forbidden)
+    monkeypatch.setattr(sparksim.sim.runner, "simulate", forbidden)
+    monkeypatch.setattr(sparksim.studies.sweep, "run_sweep", forbidden)
 
 
 def bad_outs(tmp_path: Path) -> list[tuple[Path, str]]:

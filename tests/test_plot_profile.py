@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from sparksim.cli import app
+from sparksim.cost.profile import write_profile
 from sparksim.plotting.profile_plot import find_cliffs, find_knee, load_curves, lower_envelope
-from sparksim.profile import write_profile
 
 runner = CliRunner()
 CAPTURED = [1, 2, 4, 8, 16, 32, 64]

@@ -13,7 +13,7 @@ from sparksim.policies.dynamic_sd import DynamicSD
 from sparksim.policies.smartspec import SmartSpec
 from tests.policy_helpers import profile, step_s
 
-pytestmark = pytest.mark.filterwarnings("ignore::sparksim.profile.ProfileWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::sparksim.cost.profile.ProfileWarning")
 
 FLAT = profile([1, 4096], [10.0, 10.0])
 STEEP = profile([1, 4096], [10.0, 10.0 + 4095 * 10.0], mode="linear")  # +10 ms per token

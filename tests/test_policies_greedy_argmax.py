@@ -13,7 +13,7 @@ from sparksim.policies.base import StepBatch
 from sparksim.policies.path import CostTable, batch_path
 from tests.policy_helpers import CONF_GRID, batches, confidences, profile, theta_of
 
-pytestmark = pytest.mark.filterwarnings("ignore::sparksim.profile.ProfileWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::sparksim.cost.profile.ProfileWarning")
 
 # Appendix A: SPS(1) = 1.0, SPS(2) = 0.5, SPS(3) = 0.45 (step seconds 1, 2, 1/0.45).
 APPENDIX_A = profile([1, 2, 3], [1000.0, 2000.0, 1000.0 / 0.45])

@@ -20,7 +20,7 @@ from sparksim.policies.path import (
 from tests.policy_helpers import CONF_GRID, batches, confidences, profile, reference_cut, step_s
 
 # Drawn profiles are small; batches past their last size extrapolate on purpose.
-pytestmark = pytest.mark.filterwarnings("ignore::sparksim.profile.ProfileWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::sparksim.cost.profile.ProfileWarning")
 
 
 @settings(max_examples=80, deadline=None)
@@ -101,7 +101,7 @@ def test_theta_along_the_path_equals_tau_over_the_profiled_step_time(batch: Step
 
 def test_the_cost_table_follows_profile_context_interpolation() -> None:
     # Why: an engine with a context-dependent profile must price steps as the profile does.
-    from sparksim.profile import Profile
+    from sparksim.cost.profile import Profile
 
     prof = Profile(
         name="ctx", card={}, tokens=np.array([8.0, 64.0, 512.0]), contexts=np.array([1024.0, 8192.0]),

@@ -16,7 +16,7 @@ from sparksim.policies.base import StepBatch
 from sparksim.policies.path import candidate_order, top_k_lengths
 from tests.policy_helpers import CONF_GRID, batches
 
-pytestmark = pytest.mark.filterwarnings("ignore::sparksim.profile.ProfileWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::sparksim.cost.profile.ProfileWarning")
 
 
 def _fills_along_the_path(cls: type[Policy]) -> bool:

@@ -14,7 +14,7 @@ from sparksim.policies.path import CostTable, batch_path
 from sparksim.policies.two_step import TwoStep, stale_rows
 from tests.policy_helpers import CONF_GRID, confidences, profile
 
-pytestmark = pytest.mark.filterwarnings("ignore::sparksim.profile.ProfileWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::sparksim.cost.profile.ProfileWarning")
 
 STAIRS = profile([4, 8, 12, 16, 24, 32, 48, 64], [10, 10.4, 10.9, 11.2, 13.0, 13.5, 16.0, 18.0])
 

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from sparksim import kernels
 from sparksim.cli import app
 from sparksim.errors import PolicyError
-from sparksim.runner import load_scenario, simulate
+from sparksim.sim.runner import load_scenario, simulate
+from sparksim.step import kernels
 
 BACKENDS = ["numpy"] + (["numba"] if kernels.HAVE_NUMBA else [])
 

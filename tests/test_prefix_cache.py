@@ -19,9 +19,9 @@ import pytest
 
 from sparksim.config import parse_scenario, scenario_problems
 from sparksim.errors import ConfigError, FormatError
-from sparksim.prefix_cache import PrefixCache
-from sparksim.runner import RunResult, load_scenario, simulate, summary_json, write_results
-from sparksim.workload import load_arrivals, seed_streams
+from sparksim.sim.prefix_cache import PrefixCache
+from sparksim.sim.runner import RunResult, load_scenario, simulate, summary_json, write_results
+from sparksim.sim.workload import load_arrivals, seed_streams
 
 BLOCK = 16
 

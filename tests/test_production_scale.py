@@ -2,7 +2,7 @@
 
 DeepSeek serves V3 with redundant experts (256 + 32 slots), an expert load that is never
 perfectly even, DeepGEMM's grouped GEMMs and FlashMLA's decode attention. Each is one rule in
-`sparksim.roofline`; these tests hold each to its closed form and its published numbers, so a
+`sparksim.cost.roofline`; these tests hold each to its closed form and its published numbers, so a
 profile priced by them says what the sources say.
 """
 
@@ -13,11 +13,9 @@ import re
 import numpy as np
 import pytest
 
-from sparksim.analytic import build_analytic, options_from_command
-from sparksim.errors import ConfigError
-from sparksim.hardware import GPUS, grouped_gemm_eff, grouped_gemm_points
-from sparksim.models import PRESETS
-from sparksim.roofline import (
+from sparksim.cost.analytic import build_analytic, options_from_command
+from sparksim.cost.models import PRESETS
+from sparksim.cost.roofline import (
     Parallelism,
     attention_compute_coef_ms,
     attention_ms,
@@ -26,6 +24,8 @@ from sparksim.roofline import (
     dense_verify_ms,
     routed_compute_ms,
 )
+from sparksim.errors import ConfigError
+from sparksim.hardware import GPUS, grouped_gemm_eff, grouped_gemm_points
 
 H800 = GPUS["h800"]
 DSV3 = PRESETS["deepseek-v3"]

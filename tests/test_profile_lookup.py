@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from sparksim.cost.profile import Profile, ProfileWarning, load_profile, write_profile
 from sparksim.errors import RangeError
-from sparksim.profile import Profile, ProfileWarning, load_profile, write_profile
 
 CARD: dict[str, Any] = {
     "source": "synthetic",

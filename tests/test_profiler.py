@@ -12,8 +12,8 @@ import yaml
 from typer.testing import CliRunner, Result
 
 from sparksim.cli import app
-from sparksim.models import ModelSpec
-from sparksim.profile import check_profile, load_profile
+from sparksim.cost.models import ModelSpec
+from sparksim.cost.profile import check_profile, load_profile
 
 torch = pytest.importorskip("torch")
 
@@ -31,7 +31,7 @@ from sparksim.profiling.sweep import (  # noqa: E402
 from sparksim.profiling.timing import Timing, time_replays  # noqa: E402
 
 # Tiny models on a shared machine time noisily; the loader's monotone clean-up warning is expected.
-pytestmark = [pytest.mark.torch, pytest.mark.filterwarnings("ignore::sparksim.profile.ProfileWarning")]
+pytestmark = [pytest.mark.torch, pytest.mark.filterwarnings("ignore::sparksim.cost.profile.ProfileWarning")]
 
 TINY = ModelSpec("tiny", num_layers=2, hidden=64, num_heads=4, num_kv_heads=2, head_dim=16,
                  intermediate=128, vocab=256, max_position=512, tie_embeddings=False)
@@ -241,7 +241,7 @@ def test_prefill_fit_recovers_the_quadratic_term_and_clips_a_negative_one() -> N
 def test_memory_figures_count_shared_weights_once_and_size_the_kv_cache(tmp_path: Path) -> None:
     # The simulator's KV capacity comes from these figures; a double-counted LM head or a
     # wrong KV size per token moves every capacity-bound result.
-    from sparksim.profile import write_profile
+    from sparksim.cost.profile import write_profile
     from sparksim.profiling.memory import memory_section, weights_bytes
 
     norms = (2 * TINY.num_layers + 1) * TINY.hidden  # RMSNorm scales, which ModelSpec.params skips
@@ -428,8 +428,8 @@ def test_out_of_memory_at_one_size_marks_it_unavailable_and_the_sweep_goes_on(tm
 
 def test_card_states_the_roofline_error_per_decade_of_batch(tmp_path: Path) -> None:
     # Users trust analytic profiles only as far as a measurement backs them; the card says how far.
+    from sparksim.cost.roofline import roofline_verify_ms
     from sparksim.hardware import HardwareSpec
-    from sparksim.roofline import roofline_verify_ms
 
     cfg = SweepConfig(spec=TINY, device="cpu", dtype="bf16", tokens=[1, 5, 12, 150],
                       contexts=[16, 64], drafter=None)

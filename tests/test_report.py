@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 from sparksim.cli import app
 from sparksim.errors import MissingExtraError
-from sparksim.sweep import grid, parse_vary, run_sweep, study_inputs, write_sweep
+from sparksim.studies.sweep import grid, parse_vary, run_sweep, study_inputs, write_sweep
 
 pytest.importorskip("plotly")
 

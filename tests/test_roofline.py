@@ -19,9 +19,15 @@ import pytest
 from typer.testing import CliRunner
 
 from sparksim.cli import app
-from sparksim.models import PRESETS
-from sparksim.profile import CARD_REQUIRED, ProfileWarning, check_card, load_profile, write_profile
-from sparksim.roofline import (
+from sparksim.cost.models import PRESETS
+from sparksim.cost.profile import (
+    CARD_REQUIRED,
+    ProfileWarning,
+    check_card,
+    load_profile,
+    write_profile,
+)
+from sparksim.cost.roofline import (
     DSPARK_5,
     EAGLE3,
     GPUS,
@@ -316,8 +322,8 @@ def test_the_card_command_parser_knows_every_analytic_option_and_its_default() -
     every option `profile analytic` has, with the same defaults."""
     import inspect
 
-    from sparksim.analytic import OPTION_DEFAULTS, options_from_command
     from sparksim.cli.profile_analytic import analytic
+    from sparksim.cost.analytic import OPTION_DEFAULTS, options_from_command
 
     params = inspect.signature(analytic).parameters
     assert list(params) == list(OPTION_DEFAULTS)

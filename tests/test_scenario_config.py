@@ -10,7 +10,7 @@ import yaml
 
 from sparksim.config import Scenario, apply_overrides, check_scenario_file, parse_scenario
 from sparksim.errors import ConfigError, RangeError
-from sparksim.runner import load_inputs, load_scenario, simulate
+from sparksim.sim.runner import load_inputs, load_scenario, simulate
 
 
 def test_embedded_default_is_valid_and_uses_the_shipped_inputs() -> None:
@@ -121,13 +121,13 @@ def test_kv_capacity_smaller_than_one_request_is_an_error(flat_profile: Path, tr
 
 @pytest.mark.parametrize("example", sorted(Path("docs/scenarios").glob("*.yaml")), ids=lambda p: p.name)
 def test_documented_example_scenarios_are_valid(example: Path) -> None:
-    from sparksim.validation import check_scenario
+    from sparksim.sim.validation import check_scenario
 
     assert check_scenario(example) == []
 
 
 def test_validate_checks_the_inputs_a_scenario_names(tmp_path: Path) -> None:
-    from sparksim.validation import check_scenario
+    from sparksim.sim.validation import check_scenario
 
     f = tmp_path / "s.yaml"
     f.write_text(yaml.safe_dump({"profile": "profiles/does-not-exist", "traces": "traces/synth-dspark-qwen3-8b",
@@ -139,7 +139,7 @@ def test_validate_checks_the_inputs_a_scenario_names(tmp_path: Path) -> None:
 
 def test_an_arrivals_csv_problem_names_the_row_as_a_person_counts_it(tmp_path: Path) -> None:
     from sparksim.errors import FormatError
-    from sparksim.workload import load_arrivals
+    from sparksim.sim.workload import load_arrivals
 
     csv = tmp_path / "a.csv"
     csv.write_text("arrival_s,prompt_tokens,output_tokens\n0.1,100,50\n0.2,0,50\n0.1,10,5\n")

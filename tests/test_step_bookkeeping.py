@@ -13,11 +13,11 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from sparksim import records
-from sparksim.batch_layout import NUM_FIELDS, RID
-from sparksim.cluster import Cluster
-from sparksim.records import StreamStats, itl_bin, itl_bins
-from sparksim.runner import load_inputs, load_scenario
+from sparksim.sim.cluster import Cluster
+from sparksim.sim.runner import load_inputs, load_scenario
+from sparksim.step import records
+from sparksim.step.batch_layout import NUM_FIELDS, RID
+from sparksim.step.records import StreamStats, itl_bin, itl_bins
 
 # every bin edge, just either side of it, 1 µs and below, beyond 1000 s, and a spread between
 _EDGES = 1e-6 * 10.0 ** (np.arange(0, 1802) / 200)

@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from sparksim.config import REPO_ROOT
+from sparksim.cost.profile import ProfileWarning, check_profile, load_profile
 from sparksim.errors import ConfigError, FormatError, RangeError
-from sparksim.profile import ProfileWarning, check_profile, load_profile
-from sparksim.runner import RunResult, load_inputs, load_scenario, simulate
+from sparksim.sim.runner import RunResult, load_inputs, load_scenario, simulate
 
 H100 = REPO_ROOT / "profiles" / "h100-qwen3-8b-analytic"
 
@@ -201,7 +201,7 @@ def test_a_legacy_grid_profile_warns_when_most_steps_sit_below_its_first_context
     traces_07: Path, tmp_path: Path,
 ) -> None:
     # Why: a context grid clamps below its first row; a run priced mostly there must say so.
-    from sparksim.profile import write_profile
+    from sparksim.cost.profile import write_profile
 
     rows = [(t, c, 5 + t / 100 + c / 1000) for c in (1024, 4096) for t in (1, 64, 512, 8192)]
     card = {"source": "synthetic", "hardware": "t", "model": "t", "dtype": "bf16",

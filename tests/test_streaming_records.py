@@ -20,12 +20,12 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from sparksim import records
 from sparksim.cli import app
 from sparksim.config import parse_scenario
-from sparksim.profile import ProfileWarning, load_profile, write_profile
-from sparksim.records import PENDING_ROWS, STEP_COLUMNS, Columns, ParquetColumns
-from sparksim.runner import load_scenario, simulate, summary_json, write_results
+from sparksim.cost.profile import ProfileWarning, load_profile, write_profile
+from sparksim.sim.runner import load_scenario, simulate, summary_json, write_results
+from sparksim.step import records
+from sparksim.step.records import PENDING_ROWS, STEP_COLUMNS, Columns, ParquetColumns
 
 WORKLOADS = {
     "closed-disaggregated": ["workload.kind=closed", "workload.concurrency=16"],

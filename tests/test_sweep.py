@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from sparksim.errors import ConfigError
-from sparksim.frontier import pareto_frontier, speedup_at_matched_throughput
-from sparksim.sweep import (
+from sparksim.studies.frontier import pareto_frontier, speedup_at_matched_throughput
+from sparksim.studies.sweep import (
     SweepPoint,
     grid,
     parse_vary,

@@ -2,7 +2,7 @@
 points, and the rows are those a local sweep makes (issue 23, item 5).
 
 Needs the `ray` extra (`pip install -e ".[ray]"`); without it the cluster tests skip. The
-packing and unpacking (`sparksim.sweep_ray`) are tested without Ray.
+packing and unpacking (`sparksim.studies.sweep_ray`) are tested without Ray.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import sparksim.sweep_ray
+import sparksim.studies.sweep_ray
 from sparksim.errors import ConfigError
-from sparksim.sweep import SweepPoint, grid, parse_vary, run_point, run_sweep
-from sparksim.sweep_ray import Bundle, materialise, run_shipped, ship
-from sparksim.sweep_store import PointStore
+from sparksim.studies.sweep import SweepPoint, grid, parse_vary, run_point, run_sweep
+from sparksim.studies.sweep_ray import Bundle, materialise, run_shipped, ship
+from sparksim.studies.sweep_store import PointStore
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -91,14 +91,14 @@ def test_a_two_node_ray_sweep_makes_the_local_table_from_shipped_inputs(
     points = grid(parse_vary(["workload.concurrency=1,4"]), ["static:gamma=0", "two-step"])
     local = run_sweep(None, base(profile, traces), points, workers=1)
 
-    real_ship = sparksim.sweep_ray.ship
+    real_ship = sparksim.studies.sweep_ray.ship
 
     def ship_then_delete(*args: object, **kwargs: object) -> object:
         out = real_ship(*args, **kwargs)  # type: ignore[arg-type]
         shutil.rmtree(tmp_path / "driver")  # the tasks must run from what was shipped
         return out
 
-    monkeypatch.setattr(sparksim.sweep_ray, "ship", ship_then_delete)
+    monkeypatch.setattr(sparksim.studies.sweep_ray, "ship", ship_then_delete)
     store = PointStore(tmp_path / "points")
     remote = run_sweep(None, base(profile, traces), points, backend="ray", store=store)
     pd.testing.assert_frame_equal(remote, local)

@@ -14,10 +14,10 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-import sparksim.sweep
+import sparksim.studies.sweep
 from sparksim.cli import app
-from sparksim.sweep import grid, parse_vary, run_sweep
-from sparksim.sweep_store import PointStore
+from sparksim.studies.sweep import grid, parse_vary, run_sweep
+from sparksim.studies.sweep_store import PointStore
 
 runner = CliRunner()
 
@@ -40,7 +40,7 @@ def test_each_finished_point_is_kept_and_a_rerun_simulates_none_of_them(
     def must_not_run(*args: object) -> dict[str, object]:
         raise AssertionError("a finished point was simulated again")
 
-    monkeypatch.setattr(sparksim.sweep, "run_point", must_not_run)
+    monkeypatch.setattr(sparksim.studies.sweep, "run_point", must_not_run)
     again = PointStore(tmp_path / "points")
     resumed = run_sweep(None, base, points, workers=1, store=again)
     assert again.reused == len(points)
@@ -191,7 +191,7 @@ def test_a_rewritten_input_file_changes_the_point_key(sloped_profile: Path, vari
     # Re-profiling a GPU in place keeps the scenario identical; the old points must not come back.
     import shutil
 
-    from sparksim.sweep import point_key, resolve_point
+    from sparksim.studies.sweep import point_key, resolve_point
 
     profile = Path(shutil.copytree(sloped_profile, tmp_path / "prof"))
     (point,) = grid([], ["static:gamma=1"])

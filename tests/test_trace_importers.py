@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from sparksim.cli import app
 from sparksim.errors import ConfigError, FormatError
-from sparksim.runner import load_scenario, simulate
+from sparksim.sim.runner import load_scenario, simulate
 from sparksim.traces import check_traceset, importers, load_traceset
 from sparksim.traces.importers import (
     RoundTable,
@@ -401,7 +401,7 @@ def test_cli_import_and_bad_input(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- the simulator on it
 
 
-@pytest.mark.filterwarnings("ignore::sparksim.profile.ProfileWarning")  # the flat test profile has no draft table
+@pytest.mark.filterwarnings("ignore::sparksim.cost.profile.ProfileWarning")  # the flat test profile has no draft table
 def test_simulator_runs_on_imported_sets(tmp_path: Path, flat_profile: Path) -> None:
     rounds = import_traces("rounds", ROUNDS_CSV, tmp_path / "r").path
     dump = import_traces("deepspec", DUMP, tmp_path / "d", max_new_tokens=12).path
@@ -413,7 +413,7 @@ def test_simulator_runs_on_imported_sets(tmp_path: Path, flat_profile: Path) -> 
         assert res.violations == []
 
 
-@pytest.mark.filterwarnings("ignore::sparksim.profile.ProfileWarning")
+@pytest.mark.filterwarnings("ignore::sparksim.cost.profile.ProfileWarning")
 def test_full_verification_replays_the_recorded_rounds(tmp_path: Path, flat_profile: Path) -> None:
     # Why: at static γ with lengths from the traces, every request must take exactly the
     # recorded rounds of its trace request: one decode step per round, no more, no fewer.

@@ -20,8 +20,8 @@ import yaml
 from typer.testing import CliRunner
 
 from sparksim.cli import app
+from sparksim.cost.profile import check_profile, load_profile, write_profile
 from sparksim.errors import FormatError
-from sparksim.profile import check_profile, load_profile, write_profile
 from sparksim.traces.format import check_traceset, load_traceset, write_traceset
 
 REPO = Path(__file__).resolve().parents[1]
@@ -358,7 +358,7 @@ def test_validate_refuses_a_scenario_that_run_refuses_before_simulating(tmp_path
     """One validation path: what `run` refuses before simulating (a KV cache too small for the
     longest request) must fail `validate` too, in run's own words, or a clean validate means nothing."""
     from sparksim.errors import ConfigError
-    from sparksim.runner import load_inputs, load_scenario
+    from sparksim.sim.runner import load_inputs, load_scenario
 
     scenario = tmp_path / "s.yaml"
     body = {"profile": str(_profile(tmp_path)), "traces": str(_traces(tmp_path)),

@@ -64,10 +64,10 @@ def capacity(
     check_out(out)
     # the simulator's modules load when the search starts, so `sparksim capacity --help` stays quick
     from sparksim.atomic import write_text
-    from sparksim.capacity import BELOW, SLO_KEYS, capacity_rows, find_capacity, parse_slos
-    from sparksim.metrics import UNFINISHED_SHARE
-    from sparksim.sweep import default_policies, study_inputs
-    from sparksim.sweep_store import PointStore
+    from sparksim.sim.metrics import UNFINISHED_SHARE
+    from sparksim.studies.capacity import BELOW, SLO_KEYS, capacity_rows, find_capacity, parse_slos
+    from sparksim.studies.sweep import default_policies, study_inputs
+    from sparksim.studies.sweep_store import PointStore
 
     bounds = parse_slos(slo)
     if not policies:

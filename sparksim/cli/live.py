@@ -43,7 +43,7 @@ def live(
 
     need_torch()
     from sparksim.live.run import LIVE_SCENARIO, live_simulate
-    from sparksim.runner import load_scenario, run_warnings, write_results
+    from sparksim.sim.runner import load_scenario, run_warnings, write_results
 
     presets = [f"{k}={v}" for k, v in LIVE_SCENARIO.items()]  # what the live engine runs
     sets = [f"profile={profile}", f"traces={traces}"]

@@ -99,7 +99,7 @@ def bias(
         raise ConfigError(f"{', '.join(given or ['--mc'])}: only with --exact")
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from sparksim.biaslab import bias_table
+    from sparksim.bias.biaslab import bias_table
     from sparksim.policies import REGISTRY, make_policy, parse_policy_spec
 
     names = policy or sorted(REGISTRY)
@@ -138,12 +138,12 @@ def bias_lab_table(df: pd.DataFrame, trials: int) -> Table:
 def _bias_exact(specs: list[str], seed: int, target: Path | None, drafter: Path | None, n_contexts: int,
                 prompts: Path, batch: int, profile_dir: Path | None, temperature: float, max_new_tokens: int,
                 cuts: int, warmup: int, mc: int, out: Path | None, threads: int) -> None:
-    """`sparksim bias --exact`: the exact first-token law per policy (sparksim.bias_exact)."""
+    """`sparksim bias --exact`: the exact first-token law per policy (sparksim.bias.bias_exact)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from sparksim import bias_exact as bx
-    from sparksim.biaslab import appendix_a_profile
-    from sparksim.profile import load_profile
+    from sparksim.bias import bias_exact as bx
+    from sparksim.bias.biaslab import appendix_a_profile
+    from sparksim.cost.profile import load_profile
 
     if (target is None) != (drafter is None):
         raise ConfigError("--exact: give both --target and --drafter (or neither, for the paper's App. A case)")
@@ -273,7 +273,7 @@ def _bias_span(specs: list[str], seed: int, target: Path | None, drafter: Path |
                prompts: Path, batch: int, profile_dir: Path | None, temperature: float, span: int, n: int,
                out: Path | None, threads: int) -> None:
     """`sparksim bias --span N`: long-span Monte Carlo on the live engine (sparksim.live.span)."""
-    from sparksim.bias_exact import DEFAULT_PROFILE, DEFAULT_SPECS
+    from sparksim.bias.bias_exact import DEFAULT_PROFILE, DEFAULT_SPECS
     from sparksim.cli.common import need_torch
 
     if target is None or drafter is None:
@@ -284,10 +284,10 @@ def _bias_span(specs: list[str], seed: int, target: Path | None, drafter: Path |
     import pandas as pd
     import torch
 
+    from sparksim.cost.profile import load_profile
     from sparksim.live.engine import LiveModels
     from sparksim.live.run import read_prompt_ids
     from sparksim.live.span import span_bias
-    from sparksim.profile import load_profile
 
     torch.set_num_threads(threads or 1)
     prof = load_profile(profile_dir or DEFAULT_PROFILE)

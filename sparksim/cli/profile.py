@@ -38,8 +38,8 @@ def fitted(
     """Write a profile from DistServe's published OPT-13B A100 cost fit (source: published)."""
     import sys
 
-    from sparksim.fitted import distserve_profile
-    from sparksim.profile import write_profile
+    from sparksim.cost.fitted import distserve_profile
+    from sparksim.cost.profile import write_profile
 
     command = "sparksim " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     verify, extra, card = distserve_profile(engine, command=command)
@@ -188,7 +188,7 @@ def _measure(
     tokens_per_request: int | None, gamma: int, draft_layers: int, draft: bool,
     draft_context: int | None, peaks: bool, threads: int | None, out: Path | None, note: str,
 ) -> None:
-    from sparksim.models import load_model_spec
+    from sparksim.cost.models import load_model_spec
 
     spec = load_model_spec(model)  # unknown presets and bad config.json fail before torch loads
     try:
@@ -199,8 +199,7 @@ def _measure(
 
     if peaks:
         # Imported now so a long sweep cannot fail at its very end on a missing module.
-        import sparksim.profiling.accuracy
-        import sparksim.roofline  # noqa: F401
+        pass
     from sparksim.profiling.card import write_measured_profile
     from sparksim.profiling.draft_model import DrafterShape
     from sparksim.profiling.fit import ATTENTION_FITS, check_contexts, prefill_lengths

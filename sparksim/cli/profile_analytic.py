@@ -6,13 +6,13 @@ from pathlib import Path
 
 import typer
 
-from sparksim.analytic import build_analytic
 from sparksim.cli.common import console, friendly_errors
-from sparksim.hardware import GPUS
-from sparksim.profile import load_profile, write_profile
-from sparksim.roofline import (
+from sparksim.cost.analytic import build_analytic
+from sparksim.cost.profile import load_profile, write_profile
+from sparksim.cost.roofline import (
     DTYPE_BYTES,
 )
+from sparksim.hardware import GPUS
 
 
 @friendly_errors

@@ -13,12 +13,12 @@ from sparksim.cli.common import console, err_console, friendly_errors
 from sparksim.errors import ConfigError
 
 if TYPE_CHECKING:
-    from sparksim.calibration import EngineSettings
+    from sparksim.studies.calibration import EngineSettings
 
 
 def _settings_for(runs: list[Path], engine: Path | None, vllm_flags: str) -> list[EngineSettings]:
     """One EngineSettings per run: from --vllm-flags, or --engine YAML (flat, or keyed by run name)."""
-    from sparksim.calibration import engine_settings, parse_vllm_flags
+    from sparksim.studies.calibration import engine_settings, parse_vllm_flags
 
     if engine is None and not vllm_flags:
         raise ConfigError("say how the engine ran: --engine settings.yaml or --vllm-flags '...' "
@@ -70,14 +70,14 @@ def calibrate(
     """Fit named physical parameters of an analytic profile to your measured runs; print stage errors, fitted and held out."""
     import pandas as pd
 
-    from sparksim.calibration import (
+    from sparksim.cost.profile import load_profile, write_profile
+    from sparksim.studies.calibration import (
         Calibrator,
         MeasuredRun,
         calibrated_card,
         held_out_errors,
         load_run,
     )
-    from sparksim.profile import load_profile, write_profile
 
     names = [n.strip() for n in fit.split(",") if n.strip()]
     settings = _settings_for(runs, engine, vllm_flags)

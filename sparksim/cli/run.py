@@ -17,7 +17,7 @@ from sparksim.cli.common import check_out, console, err_console, friendly_errors
 from sparksim.metric_names import shown
 
 if TYPE_CHECKING:
-    from sparksim.runner import RunResult
+    from sparksim.sim.runner import RunResult
 
 PROGRESS_EVERY_S = 5.0  # a piped run's progress lines: about one per this many wall seconds
 
@@ -112,8 +112,8 @@ def run(
 ) -> None:
     """Simulate a scenario, print its summary and write results/<run>/."""
     # the simulator's modules load when a run starts, so `sparksim run --help` stays quick
-    from sparksim.invariants import InvariantError
-    from sparksim.runner import (
+    from sparksim.sim.invariants import InvariantError
+    from sparksim.sim.runner import (
         check_determinism,
         default_out_dir,
         load_inputs,

@@ -48,12 +48,12 @@ def sweep(
     check_out(out)
     # the simulator's modules load when a sweep starts, so `sparksim sweep --help` stays quick
     from sparksim.errors import ConfigError
-    from sparksim.frontier import overloaded, speedup_at_matched_throughput
-    from sparksim.metrics import UNFINISHED_SHARE
     from sparksim.plotting import PLOT_INSTALL
     from sparksim.report import REPORT_FILE
-    from sparksim.runner import load_scenario
-    from sparksim.sweep import (
+    from sparksim.sim.metrics import UNFINISHED_SHARE
+    from sparksim.sim.runner import load_scenario
+    from sparksim.studies.frontier import overloaded, speedup_at_matched_throughput
+    from sparksim.studies.sweep import (
         default_policies,
         grid,
         parse_vary,
@@ -62,7 +62,7 @@ def sweep(
         study_inputs,
         write_sweep,
     )
-    from sparksim.sweep_store import PointStore
+    from sparksim.studies.sweep_store import PointStore
 
     scenario_path = str(scenario) if scenario else None
     if not vary:

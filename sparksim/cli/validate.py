@@ -18,7 +18,7 @@ def validate(
 
     A scenario is checked on `sparksim run`'s own loading path, so what `run` would refuse before simulating is a problem here, and what it would warn about is a warning.
     """
-    from sparksim.validation import validate_path
+    from sparksim.sim.validation import validate_path
 
     report = validate_path(path, strict=strict)
     for w in report.warnings:

@@ -36,6 +36,8 @@ import numpy as np
 import torch
 
 from sparksim.config import Scenario
+from sparksim.cost.pricing import StepCost
+from sparksim.cost.profile import Profile
 from sparksim.drafter.model import Drafter, draft, to_probs
 from sparksim.drafter.target import TinyLM
 from sparksim.errors import ConfigError, SparksimError
@@ -48,9 +50,8 @@ from sparksim.live.step import (
     target_step,
 )
 from sparksim.policies.base import Policy, StepBatch, drafted_positions
-from sparksim.pricing import StepCost
-from sparksim.profile import Profile
-from sparksim.records import (
+from sparksim.sim.workload import DomainSampler, interarrival_s, seed_streams
+from sparksim.step.records import (
     REQUEST_COLUMNS,
     STEP_COLUMNS,
     Columns,
@@ -59,7 +60,6 @@ from sparksim.records import (
     StreamStats,
 )
 from sparksim.traces.format import TraceSet
-from sparksim.workload import DomainSampler, interarrival_s, seed_streams
 
 
 class LiveError(SparksimError):

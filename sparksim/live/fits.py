@@ -70,8 +70,8 @@ def add_loop(profile_dir: Path, loop: dict[str, Any], command: str) -> Path:
     import yaml
 
     from sparksim.atomic import write_text
+    from sparksim.cost.profile import check_profile
     from sparksim.errors import FormatError
-    from sparksim.profile import check_profile
 
     card_path = profile_dir / "card.yaml"
     old = card_path.read_text()
@@ -113,7 +113,7 @@ def refit_verify(out: Path, command: str) -> Path:
     """
     import yaml
 
-    from sparksim.profile import write_profile
+    from sparksim.cost.profile import write_profile
 
     card = yaml.safe_load((out / "card.yaml").read_text())
     points = pd.read_csv(out / "points.csv")

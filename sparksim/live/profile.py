@@ -51,7 +51,7 @@ from sparksim.live.fits import (
     sig5,
     verify_tables,
 )
-from sparksim.metrics import step_gaps
+from sparksim.sim.metrics import step_gaps
 
 Progress = Callable[[str], None]
 
@@ -165,9 +165,9 @@ def measure_decisions(profile_dir: Path, models: LiveModels, cfg: LiveProfileCon
     model just written; the step then verifies the whole block whatever the policy chose, so every
     replay starts from the same state. Returns, per policy, a + b·R fitted by NNLS and the medians.
     """
+    from sparksim.cost.profile import load_profile
     from sparksim.live.engine import choose_lengths
     from sparksim.policies import make_policy
-    from sparksim.profile import load_profile
 
     profile = load_profile(profile_dir)
     drafter = str(profile.card.get("default_drafter")) if profile.drafters else None
@@ -223,7 +223,7 @@ def measure_loop(profile_dir: Path, target: Path, drafter: Path | None, traces: 
     a seed of their own, not the fidelity check's.
     """
     from sparksim.live.run import LIVE_SCENARIO, live_simulate
-    from sparksim.runner import load_scenario
+    from sparksim.sim.runner import load_scenario
 
     modes = [("plain", "static:gamma=0")] + ([("drafting", "static")] if drafter is not None else [])
     out: dict[str, Any] = {}
@@ -259,7 +259,7 @@ def measure_loop(profile_dir: Path, target: Path, drafter: Path | None, traces: 
 def write_live_profile(out: Path, models: LiveModels, cfg: LiveProfileConfig, points: pd.DataFrame,
                        prefill: pd.DataFrame, command: str, note: str = "") -> Path:
     """Fit the measured points and write a profile folder (validated before it lands)."""
-    from sparksim.profile import write_profile
+    from sparksim.cost.profile import write_profile
     from sparksim.profiling.card import cpu_name
     from sparksim.profiling.fit import fit_prefill
 
@@ -295,7 +295,7 @@ def write_live_profile(out: Path, models: LiveModels, cfg: LiveProfileConfig, po
             "prefill.csv": "a + b*q of the prefill fit",
         },
         "cost_model": {
-            "kind": "tokens+kv (sparksim.profile), least squares over the live engine's measured steps",
+            "kind": "tokens+kv (sparksim.cost.profile), least squares over the live engine's measured steps",
             "attention_ms_per_query_kv_token": c4,
             "verify_drafts_ms": {"a_ms": c5, "b_ms_per_request": c6},
             "verify_drafts_note": "what a step adds once it verifies any draft (exact rejection sampling with "

@@ -19,9 +19,9 @@ import torch
 from sparksim.config import Scenario, resolve_path
 from sparksim.errors import ConfigError
 from sparksim.live.engine import LiveEngine, LiveModels, Progress
-from sparksim.metrics import summarize
 from sparksim.policies import make_policy
-from sparksim.runner import RunResult, load_inputs, run_inputs_summary
+from sparksim.sim.metrics import summarize
+from sparksim.sim.runner import RunResult, load_inputs, run_inputs_summary
 from sparksim.traces.format import TraceSet
 
 LIVE_SCENARIO = {  # what the live engine implements; `sparksim live` sets these

@@ -1,6 +1,6 @@
 """Bias over long spans, by Monte Carlo on the live engine: a policy's continuations against plain decoding.
 
-`sparksim.bias_exact` computes the first emitted token's law exactly; a policy could still
+`sparksim.bias.bias_exact` computes the first emitted token's law exactly; a policy could still
 bend later tokens (two-step carries survivals across steps, a budget couples requests). Here
 the live engine writes n continuations of `span` tokens from one context under a policy,
 R at a time in one batch (so a policy that couples requests decides on R real requests), and
@@ -30,9 +30,9 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy import stats
 
+from sparksim.cost.profile import Profile
 from sparksim.live.engine import LiveBatch, LiveModels, LiveRequest, choose_lengths
 from sparksim.policies.base import Policy, drafted_positions
-from sparksim.profile import Profile
 
 ENDED = -1  # the token recorded at positions past a response's EOS
 

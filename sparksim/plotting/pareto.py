@@ -19,9 +19,9 @@ import numpy as np
 import pandas as pd
 
 from sparksim.atomic import atomic_file
-from sparksim.frontier import overloaded, pareto_frontier, speedup_at_matched_throughput
-from sparksim.metrics import UNFINISHED_SHARE
 from sparksim.plotting import pyplot
+from sparksim.sim.metrics import UNFINISHED_SHARE
+from sparksim.studies.frontier import overloaded, pareto_frontier, speedup_at_matched_throughput
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -19,8 +19,8 @@ import pandas as pd
 from numpy.typing import NDArray
 
 from sparksim.atomic import atomic_file
+from sparksim.cost.profile import ProfileWarning, load_profile
 from sparksim.plotting import pyplot
-from sparksim.profile import ProfileWarning, load_profile
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from sparksim.engine_tables import AtomSpsTable
+from sparksim.cost.engine_tables import AtomSpsTable
 from sparksim.policies import path
 from sparksim.policies.base import Lengths, Policy, StepBatch
 from sparksim.policies.engine_common import PlannerTable

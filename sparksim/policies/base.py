@@ -22,9 +22,9 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from pydantic import Field, TypeAdapter, ValidationError
 
+from sparksim.cost.pricing import StepCost
+from sparksim.cost.profile import Profile
 from sparksim.errors import ConfigError
-from sparksim.pricing import StepCost
-from sparksim.profile import Profile
 
 Lengths = NDArray[np.int64]
 

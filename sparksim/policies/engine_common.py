@@ -12,7 +12,7 @@ and which step-cost table prices it. Two pieces recur:
 - `PlannerTable`: the price the engine's planner sees. `exact` (the default) is sparksim's
   own price of the step — the engine's rule with a perfect table. `profiled` is the table
   the engine's own profiler would write from this run's profile (`sparksim profile export`,
-  `sparksim.engine_tables`): the engine's grid, its fixed profiling context and its lookup
+  `sparksim.cost.engine_tables`): the engine's grid, its fixed profiling context and its lookup
   rule, which `exact` does not simplify; the gap between the two is the price of the
   engine's table. `flat` is the engine's placeholder when no table is given; a path reads
   the engine's table file.
@@ -34,8 +34,8 @@ from sparksim.errors import ConfigError
 from sparksim.policies.base import StepBatch
 
 if TYPE_CHECKING:
-    from sparksim.engine_tables import EngineTable
-    from sparksim.profile import Profile
+    from sparksim.cost.engine_tables import EngineTable
+    from sparksim.cost.profile import Profile
 
 Snapshot = tuple[NDArray[np.int64], NDArray[np.float64]]  # (sorted ids, their confidence rows)
 
@@ -98,8 +98,7 @@ class PlannerTable:
         """The engine's table for this batch's profile, or None for sparksim's exact price."""
         if self.spec == "exact":
             return None
-        from sparksim import engine_tables as et
-
+        from sparksim.cost import engine_tables as et
         if self._table is None or (self.spec == "profiled" and id(batch.cost.profile) != self._profile_id):
             if self.spec == "profiled":
                 self._table = profiled_table(batch.cost.profile, self.engine, self.gamma)
@@ -138,8 +137,7 @@ def profiled_table(profile: Profile, engine: str, gamma: int) -> EngineTable:
     ATOM writes no file: its start-up calibration times the captured full-block graphs
     (B = bs·(γ+1), steps/s), the grid of SGLang's diagonal sweep, so it is that table.
     """
-    from sparksim import engine_tables as et
-
+    from sparksim.cost import engine_tables as et
     if engine == "atom":
         diag = et.export_table(profile, "sglang", gamma=gamma)
         assert isinstance(diag, et.SglangSpsTable)

@@ -27,9 +27,9 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from sparksim import kernels
+from sparksim.cost.profile import Profile, context_weight
 from sparksim.policies.base import Lengths, StepBatch, StepCost
-from sparksim.profile import Profile, context_weight
+from sparksim.step import kernels
 
 _ZERO_INT = np.zeros(1, dtype=np.int64)
 _ZERO_FLOAT = np.zeros(1)

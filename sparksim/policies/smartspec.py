@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from sparksim.kernels import first_non_improvement
 from sparksim.policies.base import Lengths, Policy, StepBatch, check_float, check_int
 from sparksim.policies.path import CostTable
+from sparksim.step.kernels import first_non_improvement
 
 
 class SmartSpec(Policy):

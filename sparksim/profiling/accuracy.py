@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from sparksim.cost.models import ModelSpec
 from sparksim.hardware import HardwareSpec
-from sparksim.models import ModelSpec
 
 
 def analytic_error_by_decade(
@@ -30,7 +30,7 @@ def analytic_error_by_decade(
     of |analytic / measured − 1|, the median ratio analytic / measured (below 1: the
     roofline is optimistic), the worst ratio and the number of points.
     """
-    from sparksim.roofline import roofline_verify_ms
+    from sparksim.cost.roofline import roofline_verify_ms
 
     tokens = measured["tokens"].to_numpy(np.float64)
     context = measured["context"].to_numpy(np.float64)

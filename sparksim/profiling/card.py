@@ -20,8 +20,8 @@ from typing import Any
 import pandas as pd
 import torch
 
+from sparksim.cost.profile import write_profile
 from sparksim.errors import SparksimError
-from sparksim.profile import write_profile
 from sparksim.profiling.fit import (
     AttentionFit,
     KvSplit,
@@ -233,7 +233,7 @@ def _cost_model(split: KvSplit, prefill: PrefillFit | None,
                 prefill_points: list[PrefillResult]) -> dict[str, Any]:
     """The card's cost model: how verify.csv and attention.csv were fitted, and prefill's c."""
     cm: dict[str, Any] = {
-        "kind": "tokens+kv (sparksim.profile), fitted from the measured grid",
+        "kind": "tokens+kv (sparksim.cost.profile), fitted from the measured grid",
         "prefill_attention_ms_per_token_sq": prefill.coef_ms_per_token_sq if prefill else 0.0,
         "kv_fit": split.summary(),
     }
@@ -314,7 +314,7 @@ def _analytic_error(
          for p in points if p.timing is not None]
     )
     return {
-        "what": "median |analytic / measured - 1| of sparksim.roofline.roofline_verify_ms against "
+        "what": "median |analytic / measured - 1| of sparksim.cost.roofline.roofline_verify_ms against "
                 "every measured point, per decade of B (ratio < 1: the roofline is optimistic)",
         "hardware_spec": {"peak_flops": float(f"{hw.peak_flops:.4g}"),
                           "mem_bytes_per_s": float(f"{hw.mem_bytes_per_s:.4g}"),

@@ -15,16 +15,16 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from sparksim.models import ModelSpec
+from sparksim.cost.models import ModelSpec
+from sparksim.cost.roofline import (
+    DrafterShape,  # the one shape: the roofline prices it, the profiler builds it
+)
 from sparksim.profiling.model import (
     DecoderLayer,
     KVCache,
     RMSNorm,
     StepLayout,
     materialise,
-)
-from sparksim.roofline import (
-    DrafterShape,  # the one shape: the roofline prices it, the profiler builds it
 )
 
 

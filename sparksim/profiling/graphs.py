@@ -16,7 +16,7 @@ from typing import Any
 
 def default_capture_sizes(max_size: int = 512) -> list[int]:
     """Return vLLM's default capture sizes up to `max_size` (the roofline's rule, as a list)."""
-    from sparksim.roofline import default_capture_sizes as sizes
+    from sparksim.cost.roofline import default_capture_sizes as sizes
 
     return list(sizes(max_size))
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from sparksim.models import ModelSpec
+from sparksim.cost.models import ModelSpec
 from sparksim.profiling.draft_model import DrafterShape, DSparkDrafter
 from sparksim.profiling.model import DecoderModel
 

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sparksim.models import ModelSpec
+from sparksim.cost.models import ModelSpec
 
 ROPE_THETA = 1_000_000.0  # Qwen3's base; Llama 3.1 uses 500k; the cost is the same
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from sparksim.cost.models import ModelSpec
 from sparksim.errors import ConfigError
 from sparksim.hardware import DTYPE_BYTES as HW_DTYPE_BYTES
-from sparksim.models import ModelSpec
 from sparksim.profiling import graphs as cuda_graphs
 from sparksim.profiling.draft_model import DrafterShape, build_drafter
 from sparksim.profiling.memory import PeakAbove

@@ -2,7 +2,7 @@
 
 The figures are `sparksim.plotting.pareto`'s, made interactive: one legend entry per
 policy (click it to hide that policy), each point's figures on hover, the same colours as
-pareto.png, and the same frontier and speedup rules (`sparksim.frontier`).
+pareto.png, and the same frontier and speedup rules (`sparksim.studies.frontier`).
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from typing import Any
 import pandas as pd
 
 from sparksim.config import read_yaml_mapping
-from sparksim.frontier import overloaded, pareto_frontier, speedup_at_matched_throughput
 from sparksim.metric_names import shown
-from sparksim.metrics import UNFINISHED_SHARE
 from sparksim.plotting.pareto import figure_title, series_colors, series_labels, varied_columns
 from sparksim.report.inputs import inputs_section, read_warnings, warnings_section
 from sparksim.report.page import Section, figure_html, number_text, paragraph, table_html
+from sparksim.sim.metrics import UNFINISHED_SHARE
+from sparksim.studies.frontier import overloaded, pareto_frontier, speedup_at_matched_throughput
 
 # (column, name, unit) shown on hover and in the table, in this order, when the sweep has them
 FIGURES = shown(

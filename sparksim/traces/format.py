@@ -9,7 +9,7 @@ A trace-set folder holds
 - `card.yaml`: how the set was made.
 
 Arrays are held flat: row i of `conf` belongs to request `row_request[i]`, and request k's
-rows are `offsets[k]:offsets[k+1]`. The replay rule lives in `sparksim.acceptance`.
+rows are `offsets[k]:offsets[k+1]`. The replay rule lives in `sparksim.step.acceptance`.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ import yaml
 from numpy.typing import NDArray
 
 from sparksim.atomic import atomic_dir
+from sparksim.cost.profile import read_card
 from sparksim.errors import ConfigError, FormatError
-from sparksim.profile import read_card
 
 TRACE_SOURCES = ("recorded", "synthetic")
 TRACE_CARD_REQUIRED = ("source", "target", "drafter", "gamma", "temperature", "date", "command")

@@ -81,7 +81,7 @@ def ship(scenario_path: str | None, base_sets: Sequence[str], points: Sequence[A
          bundle: Bundle | None = None) -> tuple[Bundle, list[ShippedPoint]]:
     """Pack every input the points read; return the bundle and, per point, how to run it remotely."""
     from sparksim.config import resolve_path
-    from sparksim.sweep import resolve_point
+    from sparksim.studies.sweep import resolve_point
 
     bundle = bundle or Bundle()
     shipped = []
@@ -131,7 +131,7 @@ def run_shipped(row: Callable[..., dict[str, Any]], blobs: dict[str, tuple[str, 
                 scenario_path: str | None, base_sets: Sequence[str], point: Any, how: ShippedPoint,
                 root: Path | None = None) -> dict[str, Any]:
     """Run one point on a worker from its shipped inputs; the row as the driver would have made it."""
-    from sparksim.sweep import SweepPoint
+    from sparksim.studies.sweep import SweepPoint
 
     local = {d: materialise(d, blobs[d], root) for d in
              {*(d for _, d in how.paths), *([how.scenario] if how.scenario else []),

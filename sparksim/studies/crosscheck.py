@@ -1,7 +1,7 @@
 """The DistServe cross-check: DistServe's benchmark through sparksim on DistServe's own cost fit.
 
 DistServe's SimPy simulator was validated by its authors against their system. Given the
-same fitted OPT-13B A100 cost model (`sparksim.fitted`, shipped as
+same fitted OPT-13B A100 cost model (`sparksim.cost.fitted`, shipped as
 `profiles/a100-opt13b-{distserve,vllm}-published`) and the same arrivals, sparksim must
 agree with it; the reference figures below come from running DistServe's own code
 (LLMServe/DistServe@82831f1, `simdistserve.benchmarks.simulate_dist`, OPT-13B, TP = 1):
@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from sparksim.config import REPO_ROOT, parse_scenario
-from sparksim.runner import RunResult, simulate
+from sparksim.sim.runner import RunResult, simulate
 
 NUM_REQUESTS = 1000
 PROMPT_TOKENS = 512

@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from sparksim.cost.profile import Profile
 from sparksim.policies import make_policy, parse_policy_spec
 from sparksim.policies.base import StepBatch
-from sparksim.profile import Profile
 
 P_TARGET = np.array([0.7, 0.3])
 P_DRAFT = np.array([0.5, 0.5])
@@ -37,7 +37,7 @@ def appendix_a_profile() -> Profile:
     return Profile(
         name="appendix-a",
         card={"source": "published", "hardware": "paper App. A", "model": "-", "dtype": "-",
-              "date": "2026-06-27", "command": "sparksim.biaslab.appendix_a_profile()"},
+              "date": "2026-06-27", "command": "sparksim.bias.biaslab.appendix_a_profile()"},
         tokens=tokens,
         contexts=np.array([np.nan]),
         step_ms=(1e3 / np.array([1.0, 0.5, 0.45]))[None, :],

@@ -1,6 +1,6 @@
 """Exact bias of a verification policy: the first emitted token's distribution, enumerated.
 
-The Monte Carlo bias lab (`sparksim.biaslab`) samples the paper's two-token toy; this module
+The Monte Carlo bias lab (`sparksim.bias.biaslab`) samples the paper's two-token toy; this module
 computes, with no sampling at all, the distribution of the first token a speculative step
 emits under a policy, for any drafter state, and compares it with the target's own next-token
 distribution p_t (INV-8, paper App. A).
@@ -43,12 +43,12 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike, NDArray
 
+from sparksim.cost.pricing import StepCost
+from sparksim.cost.profile import Profile
 from sparksim.errors import ConfigError
 from sparksim.policies import make_policy, parse_policy_spec
 from sparksim.policies.base import Lengths, Policy, StepBatch, drafted_positions
 from sparksim.policies.static import Static
-from sparksim.pricing import StepCost
-from sparksim.profile import Profile
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -499,7 +499,7 @@ def appendix_a_case() -> StepCase:
 
     With `biaslab.appendix_a_profile()` (SPS 1.0, 0.5, 0.45) and R = 1, argmax gives P(A) = 0.85.
     """
-    from sparksim.biaslab import C2_AFTER, P_DRAFT, P_TARGET
+    from sparksim.bias.biaslab import C2_AFTER, P_DRAFT, P_TARGET
 
     return StepCase.make(P_TARGET, P_DRAFT, 0.8, C2_AFTER, name="appendix-a")
 

@@ -30,11 +30,11 @@ import numpy as np
 import pandas as pd
 
 from sparksim.errors import ConfigError
-from sparksim.frontier import overloaded
-from sparksim.metrics import PERCENTILES, UNFINISHED_SHARE
-from sparksim.sweep import SweepPoint, resolve_point, run_rows, simulate_keeping_warnings
-from sparksim.sweep_pool import start_pool, stop_pool
-from sparksim.sweep_store import PointStore
+from sparksim.sim.metrics import PERCENTILES, UNFINISHED_SHARE
+from sparksim.studies.frontier import overloaded
+from sparksim.studies.sweep import SweepPoint, resolve_point, run_rows, simulate_keeping_warnings
+from sparksim.studies.sweep_pool import start_pool, stop_pool
+from sparksim.studies.sweep_store import PointStore
 
 SLO_KEYS = tuple(f"{stat}_{metric}_ms" for metric in ("ttft", "tpot", "e2el")
                  for stat in ("mean", *(label for label, _ in PERCENTILES)))
@@ -279,7 +279,7 @@ def find_capacity(
     Seeds are the scenario's seed and the next `seeds - 1`. Every input is checked before
     anything runs; `progress(round, done, total)` follows each round's runs.
     """
-    from sparksim.runner import load_inputs
+    from sparksim.sim.runner import load_inputs
 
     if not policies:
         raise ConfigError("give at least one --policy")

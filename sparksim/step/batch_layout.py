@@ -2,7 +2,7 @@
 
 Slots 0..n-1 hold the running requests. ROW, EMITTED and CONTEXT are adjacent so one
 slice advances all three by the emitted tokens. The engine and the compiled step kernel
-(`sparksim.kernels.advance`) both index the state by these names.
+(`sparksim.step.kernels.advance`) both index the state by these names.
 """
 
 from __future__ import annotations

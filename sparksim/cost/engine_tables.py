@@ -1,7 +1,7 @@
 """Engine cost tables: the step-cost tables DSpark engines' planners read, out of and into sparksim.
 
 Each engine's verify planner prices a step with its own table, on its own grid, by its own
-lookup rule, none of which is sparksim's price (`sparksim.pricing`):
+lookup rule, none of which is sparksim's price (`sparksim.cost.pricing`):
 
 - SGLang (sgl-project/sglang PR #30261), `python/sglang/srt/speculative/dspark_components/
   dspark_sps.py` @ 45b76f55042711c33f1e2f0ba2a4281f7a51704a (`load_sps_table_from_path`):
@@ -48,9 +48,9 @@ import yaml
 from numpy.typing import NDArray
 
 from sparksim.atomic import write_text
+from sparksim.cost.pricing import StepCost, StepPrice
+from sparksim.cost.profile import Profile, write_profile
 from sparksim.errors import ConfigError, FormatError
-from sparksim.pricing import StepCost, StepPrice
-from sparksim.profile import Profile, write_profile
 
 FORMATS = ("sglang", "trtllm", "vllm")  # engines with a table file (ATOM has none)
 # SGLang's `build_request_count_sweep(256)`, the profilers' request grid
@@ -672,7 +672,7 @@ def _payload(table: SglangSpsTable | SglangAdditiveTable | TrtllmSpsTable | Vllm
                 "batch_overhead_ms": list(table.batch_overhead_ms),
                 "minimum_predicted_gain": table.minimum_predicted_gain,
                 "_meta": {"encoding": "decomposed", "lookup": "interp",
-                          "producer": "sparksim profile export (sparksim.engine_tables)"}}
+                          "producer": "sparksim profile export (sparksim.cost.engine_tables)"}}
     return {"schema_version": 1, "profile_kind": "sparksim_export", "source": "sparksim profile export",
             "fingerprint": {},
             "latency_ms": {str(t): ms for t, ms in zip(table.verify_tokens, table.verify_ms, strict=True)}}
@@ -702,7 +702,7 @@ def write_table(table: EngineTable, path: Path | str, card: dict[str, Any] | Non
 def default_gamma(profile: Profile, drafter: str | None = None) -> int:
     """The drafter's block γ: its card's `gamma`, else the most positions its table holds, else 7.
 
-    As `sparksim.runner` bounds a run's traces by the drafter (`_bounded_by_drafter`).
+    As `sparksim.sim.runner` bounds a run's traces by the drafter (`_bounded_by_drafter`).
     """
     if not profile.drafters:
         return DEFAULT_GAMMA
@@ -865,7 +865,7 @@ def _profile_tables(table: EngineTable) -> tuple[pd.DataFrame, dict[str, pd.Data
     batch and is dropped); a term by request count (SGLang's α, TensorRT-LLM's batch
     overhead) goes in attention.csv, by request count and constant in KV tokens: the table
     was measured at one context, so it prices none. Between probes the profile pads up to
-    the next one, as a CUDA-graph engine runs a batch (`sparksim.profile`); an engine's
+    the next one, as a CUDA-graph engine runs a batch (`sparksim.cost.profile`); an engine's
     planner may read the same table otherwise there (SGLang's 1-D floor, TensorRT-LLM's
     and SGLang-additive's linear interpolation).
     """

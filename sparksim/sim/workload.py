@@ -1,7 +1,7 @@
 """Workloads: when requests arrive, how long they are, and which trace requests they replay.
 
 Pure functions over seeded NumPy generators; the SimPy processes that call them live in
-`sparksim.cluster`. Inter-arrival times follow vLLM `bench serve`'s conventions: Poisson
+`sparksim.sim.cluster`. Inter-arrival times follow vLLM `bench serve`'s conventions: Poisson
 (exponential gaps) or Gamma with a coefficient of variation (`cv`; vLLM's `burstiness` is
 the Gamma shape, so cv = 1/sqrt(burstiness)).
 """

@@ -8,7 +8,7 @@ that is a cumulative sum, a division and an argmax, three passes over R·γ valu
 compiled loop does it in one pass. `count_at_least` counts, per request, the survivals at
 or above the fill's threshold: a reduction along the short γ axis, which numpy does slowly.
 `advance` applies one engine step to the running batch (the replay rule of
-`sparksim.acceptance`, the state counters, the (ℓ, accepted) histogram and the finished /
+`sparksim.step.acceptance`, the state counters, the (ℓ, accepted) histogram and the finished /
 out-of-trace checks): some fifteen small array operations at R = 64, in one loop.
 
 Each kernel exists twice. The numba versions (the `fast` extra) run when numba is installed
@@ -33,8 +33,17 @@ from typing import Any, NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
-from sparksim.acceptance import replay_step
-from sparksim.batch_layout import ACCEPTED, CONTEXT, EMITTED, OUT_LEN, ROW, ROW_END, STEPS, VERIFIED
+from sparksim.step.acceptance import replay_step
+from sparksim.step.batch_layout import (
+    ACCEPTED,
+    CONTEXT,
+    EMITTED,
+    OUT_LEN,
+    ROW,
+    ROW_END,
+    STEPS,
+    VERIFIED,
+)
 
 
 def first_non_improvement(values: NDArray[np.float64]) -> int:
@@ -145,7 +154,7 @@ def _advance_loop(
     emitted_total, any_done, any_past = 0, False, False
     for i in range(n):
         ell = lengths[i]
-        ok = min(ell, trace_accepted[state[ROW, i]])  # the replay rule (sparksim.acceptance)
+        ok = min(ell, trace_accepted[state[ROW, i]])  # the replay rule (sparksim.step.acceptance)
         emit = min(ok + 1, state[OUT_LEN, i] - state[EMITTED, i])
         drafted_ok[i] = ok
         state[ROW, i] += emit

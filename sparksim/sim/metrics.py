@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from sparksim.config import Scenario
-from sparksim.records import StreamStats
+from sparksim.step.records import StreamStats
 
 PERCENTILES = (("median", 0.5), ("p90", 0.9), ("p99", 0.99))
 # The request columns the summary reads (`summarize`, and the runner's cost block its

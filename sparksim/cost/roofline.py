@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike, NDArray
 
+from sparksim.cost.models import ModelSpec
 from sparksim.errors import ConfigError
 from sparksim.hardware import DTYPE_BYTES as HW_DTYPE_BYTES
 from sparksim.hardware import (
@@ -39,7 +40,6 @@ from sparksim.hardware import (
     get_gpu,
     grouped_gemm_eff,
 )
-from sparksim.models import ModelSpec
 
 __all__ = [
     "DSPARK_5",
@@ -891,7 +891,7 @@ def _card(
     kernels: dict[str, Any] = {}  # published kernel figures that replace the presets' efficiencies
     if model.is_moe and (dtype_bytes == 1 or parallel.expert_imbalance != 1.0):
         kernels["routed_experts"] = (
-            "routed experts' GEMMs priced apart on the busiest GPU (sparksim.roofline.routed_compute_ms): "
+            "routed experts' GEMMs priced apart on the busiest GPU (sparksim.cost.roofline.routed_compute_ms): "
             "FLOPs/G x expert_imbalance at " + ("grouped_gemm_eff(imbalance x T x k / slots) of the FP8 "
                                                 "peak: " + GROUPED_GEMM_SOURCE if dtype_bytes == 1
                                                 else "compute_eff"))
@@ -905,8 +905,8 @@ def _card(
         "model": model.name,
         "dtype": dtype,
         "date": datetime.now(UTC).date().isoformat(),
-        "command": command or "sparksim.roofline.analytic_profile (Python API)",
-        "engine": "none: roofline model (sparksim.roofline) with vLLM-style CUDA-graph semantics",
+        "command": command or "sparksim.cost.roofline.analytic_profile (Python API)",
+        "engine": "none: roofline model (sparksim.cost.roofline) with vLLM-style CUDA-graph semantics",
         "graph_capture_sizes": sizes,
         "gpus_per_replica": g,
         "parallelism": {"gpus": g, "mode": parallel.mode, "kv_split": parallel.kv_split(model),
@@ -919,7 +919,7 @@ def _card(
                         "graph_sizes": ("per replica: G x each GPU's captured sizes (data-parallel "
                                         "attention splits the tokens evenly)" if parallel.mode == "dp-ep"
                                         else "per replica: every GPU runs all the step's tokens"),
-                        "source": "sparksim.roofline.Parallelism (its docstring says what each "
+                        "source": "sparksim.cost.roofline.Parallelism (its docstring says what each "
                                   "mode divides and which collectives it pays)"},
         "max_tokens": int(max_tokens),
         "hardware_source": hw.source,
@@ -930,10 +930,10 @@ def _card(
             "matmul_params": model.matmul_params,
             "kv_elems_per_token": model.kv_bytes_per_token,
             "config_hash": model.config_hash(),
-            "source": model.source or "sparksim.models",
+            "source": model.source or "sparksim.cost.models",
         },
         "cost_model": {
-            "kind": "tokens+kv (sparksim.profile)",
+            "kind": "tokens+kv (sparksim.cost.profile)",
             "prefill_attention_ms_per_token_sq": prefill_attention_coef_ms(
                 hw, model, dtype_bytes=dtype_bytes, parallel=parallel),
             "attention_ms_per_query_kv_token": attention_compute_coef_ms(
@@ -944,10 +944,10 @@ def _card(
                      "bytes = dtype*matmul_params + tokens*(kv_elems*dtype + act_bytes); "
                      "flops = 2*matmul_params*tokens",
             "eager_dispatch": "overlapped: an eager step's CPU kernel launches run ahead of its GPU "
-                              "work, so it costs the larger of the two (sparksim.roofline."
+                              "work, so it costs the larger of the two (sparksim.cost.roofline."
                               "eager_step_ms); CUDA-graph steps pay no dispatch",
             "attention": "attention.csv: kv_tokens*kv_elems*dtype/(mem_bytes_per_s*attn_mem_eff)*1e3 "
-                         "(memory-bound: see sparksim.roofline.attention_ms)",
+                         "(memory-bound: see sparksim.cost.roofline.attention_ms)",
             "prefill_attention": "coef*((prefix+chunk)^2 - prefix^2), coef = 2*layers*heads*"
                                  "head_dim/(peak*attn_compute_eff)*1e3 (causal pairs, compute-bound)",
         },

@@ -14,10 +14,8 @@ from typing import Any
 
 import pandas as pd
 
-from sparksim.errors import ConfigError
-from sparksim.hardware import DTYPE_BYTES, get_gpu
-from sparksim.models import load_model_spec
-from sparksim.roofline import (
+from sparksim.cost.models import load_model_spec
+from sparksim.cost.roofline import (
     Parallelism,
     analytic_profile,
     collective_ms,
@@ -30,6 +28,8 @@ from sparksim.roofline import (
     routed_compute_ms,
     verify_flops,
 )
+from sparksim.errors import ConfigError
+from sparksim.hardware import DTYPE_BYTES, get_gpu
 
 # every option of `sparksim profile analytic`, by parameter name, with its default and type
 OPTION_DEFAULTS: dict[str, Any] = {

@@ -4,7 +4,7 @@ Each grid point is an independent simulation at the scenario's seed (so policies
 point see the same users and requests: paired comparisons), so a sweep is embarrassingly
 parallel: local worker processes by default, or Ray tasks when a Ray
 cluster is available (`backend="ray"`, `RAY_ADDRESS` for an existing one), with the same
-function on both; the inputs travel with Ray's tasks (`sparksim.sweep_ray`).
+function on both; the inputs travel with Ray's tasks (`sparksim.studies.sweep_ray`).
 Each finished point is saved at once (`sweep_store.PointStore`), so a rerun resumes; local
 workers ignore Ctrl-C and die with the sweep (`sweep_pool`).
 Pareto analysis lives here too: frontiers of throughput per GPU against tokens per second
@@ -29,8 +29,8 @@ import yaml
 
 from sparksim.atomic import atomic_file, write_text
 from sparksim.errors import ConfigError, MissingExtraError
-from sparksim.sweep_pool import start_pool, stop_pool
-from sparksim.sweep_store import PointStore, code_fingerprint, fingerprint_files
+from sparksim.studies.sweep_pool import start_pool, stop_pool
+from sparksim.studies.sweep_store import PointStore, code_fingerprint, fingerprint_files
 
 if TYPE_CHECKING:
     from sparksim.config import Scenario
@@ -62,8 +62,8 @@ def default_policies(scenario_path: str | None, base_sets: Sequence[str]) -> tup
     the line says so, since that baseline pays a drafter MTP-1 would not.
     """
     from sparksim.config import resolve_path
-    from sparksim.profile import load_profile
-    from sparksim.runner import load_scenario
+    from sparksim.cost.profile import load_profile
+    from sparksim.sim.runner import load_scenario
 
     sc, base = load_scenario(scenario_path, base_sets)
     profile = load_profile(resolve_path(sc.profile, base), mode=sc.lookup)
@@ -88,7 +88,7 @@ def study_inputs(scenario_path: str | None, base_sets: Sequence[str]) -> tuple[d
     the scenario with `base_sets` applied, before any point's policy and swept values.
     """
     from sparksim.config import resolve_path
-    from sparksim.runner import load_scenario
+    from sparksim.sim.runner import load_scenario
 
     sc, base = load_scenario(scenario_path, base_sets)
     refs = {"profile": sc.profile, "traces": sc.traces,
@@ -118,7 +118,7 @@ def resolve_point(
     scenario_path: str | None, base_sets: Sequence[str], point: SweepPoint
 ) -> tuple[Scenario, Path | None]:
     """Return the scenario one point simulates (its overrides and policy applied) and its folder."""
-    from sparksim.runner import load_scenario
+    from sparksim.sim.runner import load_scenario
 
     return load_scenario(scenario_path, [*base_sets, *point.overrides], point.policy)
 
@@ -148,7 +148,7 @@ def simulate_keeping_warnings(scenario: Scenario, base: Path | None) -> tuple[di
     A worker process keeps them for its row rather than printing them: its stderr would
     interleave them with the other points'.
     """
-    from sparksim.runner import simulate
+    from sparksim.sim.runner import simulate
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -221,7 +221,7 @@ def run_rows(
     """
     if not points:
         raise ConfigError("the sweep is empty: give at least one policy and one grid point")
-    from sparksim.runner import load_inputs
+    from sparksim.sim.runner import load_inputs
 
     rows: list[dict[str, Any] | None] = [None] * len(points)
     keys: list[str] = []
@@ -255,7 +255,7 @@ def run_rows(
         except ImportError:
             raise MissingExtraError('ray is not installed; install the ray extra: pip install -e ".[ray]"') from None
 
-        from sparksim.sweep_ray import run_shipped, ship
+        from sparksim.studies.sweep_ray import run_shipped, ship
 
         if not ray.is_initialized():  # RAY_ADDRESS: an existing cluster; else a local one
             ray.init(address=os.environ.get("RAY_ADDRESS") or None, ignore_reinit_error=True)

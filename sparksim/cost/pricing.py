@@ -33,7 +33,7 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from sparksim.profile import Profile
+from sparksim.cost.profile import Profile
 
 
 class StepPrice(NamedTuple):  # a tuple: made every step, and a frozen dataclass costs µs to build

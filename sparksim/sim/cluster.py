@@ -22,20 +22,11 @@ import numpy as np
 import simpy
 
 from sparksim.config import Scenario, resolve_path
-from sparksim.engine import Engine, Request, kv_capacity_tokens
+from sparksim.cost.profile import Profile
 from sparksim.policies import make_policy
-from sparksim.prefix_cache import PrefixCache
-from sparksim.profile import Profile
-from sparksim.records import (
-    REQUEST_COLUMNS,
-    STEP_COLUMNS,
-    Columns,
-    ParquetColumns,
-    RequestRecord,
-    StreamStats,
-)
-from sparksim.traces.format import TraceSet
-from sparksim.workload import (
+from sparksim.sim.engine import Engine, Request, kv_capacity_tokens
+from sparksim.sim.prefix_cache import PrefixCache
+from sparksim.sim.workload import (
     DomainSampler,
     RequestSpec,
     interarrival_s,
@@ -44,6 +35,15 @@ from sparksim.workload import (
     prefix_of,
     seed_streams,
 )
+from sparksim.step.records import (
+    REQUEST_COLUMNS,
+    STEP_COLUMNS,
+    Columns,
+    ParquetColumns,
+    RequestRecord,
+    StreamStats,
+)
+from sparksim.traces.format import TraceSet
 
 
 class Cluster:

@@ -1,18 +1,18 @@
 """One decode replica as a SimPy process: admit, verify, replay acceptance, emit, repeat.
 
 The running batch is a struct of arrays (one slot per running request, rows 0..n-1, laid
-out in `sparksim.batch_layout`), so a step is a fixed number of array operations whatever
-R is: plan it (prompt work, who advances, its price: `sparksim.pricing.StepCost`), gather
+out in `sparksim.step.batch_layout`), so a step is a fixed number of array operations whatever
+R is: plan it (prompt work, who advances, its price: `sparksim.cost.pricing.StepCost`), gather
 the trace rows' confidences, ask the policy for ℓ and check the answer, pay the price the
-policy was shown (`StepCost.price`), then replay acceptance (`sparksim.acceptance`) and
-advance every request in one pass (`sparksim.kernels.advance`), and record the step.
+policy was shown (`StepCost.price`), then replay acceptance (`sparksim.step.acceptance`) and
+advance every request in one pass (`sparksim.step.kernels.advance`), and record the step.
 Python loops run only over requests that join, finish, are preempted or run out of trace
 — events, not steps.
 
 Prompts are prefilled in the step's token budget (chunked, "colocated") or arrive from a
 prefill pool with their KV cache ("disaggregated"); preempted requests are recomputed
 in-engine the same way as a colocated prefill, and emit nothing when it completes. With
-prefix caching on (colocated), a prompt's cached prefix blocks (`sparksim.prefix_cache`) are
+prefix caching on (colocated), a prompt's cached prefix blocks (`sparksim.sim.prefix_cache`) are
 skipped by its prefill and counted once in the KV cache, however many requests share them.
 """
 
@@ -29,8 +29,16 @@ import numpy as np
 import simpy
 from numpy.typing import NDArray
 
-from sparksim import kernels
-from sparksim.batch_layout import (
+from sparksim.config import Scenario
+from sparksim.cost.pricing import StepCost
+from sparksim.cost.profile import Profile
+from sparksim.errors import ConfigError, PolicyError
+from sparksim.policies.base import Policy, StepBatch, drafted_positions
+from sparksim.sim.invariants import InvariantError, lengths_in_bounds
+from sparksim.sim.prefix_cache import PrefixCache
+from sparksim.sim.workload import DomainSampler, RequestSpec
+from sparksim.step import kernels
+from sparksim.step.batch_layout import (
     ADMIT_SEQ,
     CONTEXT,
     DOM,
@@ -43,16 +51,8 @@ from sparksim.batch_layout import (
     ROW_END,
     TRACE_CUR,
 )
-from sparksim.config import Scenario
-from sparksim.errors import ConfigError, PolicyError
-from sparksim.invariants import InvariantError, lengths_in_bounds
-from sparksim.policies.base import Policy, StepBatch, drafted_positions
-from sparksim.prefix_cache import PrefixCache
-from sparksim.pricing import StepCost
-from sparksim.profile import Profile
-from sparksim.records import Columns, StepRecord, StreamStats
+from sparksim.step.records import Columns, StepRecord, StreamStats
 from sparksim.traces.format import TraceSet
-from sparksim.workload import DomainSampler, RequestSpec
 
 
 @dataclass(slots=True)

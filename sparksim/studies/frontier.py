@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from sparksim.metrics import UNFINISHED_SHARE
+from sparksim.sim.metrics import UNFINISHED_SHARE
 
 
 def overloaded(table: pd.DataFrame) -> pd.Series:

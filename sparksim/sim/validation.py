@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparksim.profile import check_profile
+from sparksim.cost.profile import check_profile
 from sparksim.traces.format import check_traceset
 
 
@@ -48,8 +48,8 @@ def check_scenario(path: Path, *, strict: bool = False) -> list[str]:
     """
     from sparksim.config import check_scenario_file, resolve_path
     from sparksim.errors import SparksimError
-    from sparksim.runner import load_inputs, load_scenario
-    from sparksim.workload import DomainSampler, load_arrivals
+    from sparksim.sim.runner import load_inputs, load_scenario
+    from sparksim.sim.workload import DomainSampler, load_arrivals
 
     problems = check_scenario_file(path)
     if problems:

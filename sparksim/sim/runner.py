@@ -20,7 +20,6 @@ import numpy as np
 import pandas as pd
 
 from sparksim.atomic import atomic_dir
-from sparksim.cluster import Cluster
 from sparksim.config import (
     Scenario,
     apply_overrides,
@@ -28,17 +27,18 @@ from sparksim.config import (
     read_scenario_file,
     resolve_path,
 )
-from sparksim.engine import kv_capacity_tokens
+from sparksim.cost.profile import Profile, ProfileWarning, load_profile
 from sparksim.errors import ConfigError, RangeError
-from sparksim.invariants import InvariantError, check_run
-from sparksim.metrics import SUMMARY_COLUMNS, summarize
 from sparksim.policies import make_policy, parse_policy_spec, resolve
 from sparksim.policies.base import drafted_positions
-from sparksim.prefix_cache import prefix_cache_summary
-from sparksim.profile import Profile, ProfileWarning, load_profile
-from sparksim.records import Columns, ParquetColumns
+from sparksim.sim.cluster import Cluster
+from sparksim.sim.engine import kv_capacity_tokens
+from sparksim.sim.invariants import InvariantError, check_run
+from sparksim.sim.metrics import SUMMARY_COLUMNS, summarize
+from sparksim.sim.prefix_cache import prefix_cache_summary
+from sparksim.sim.workload import load_arrivals
+from sparksim.step.records import Columns, ParquetColumns
 from sparksim.traces.format import TraceSet, load_traceset
-from sparksim.workload import load_arrivals
 
 
 @dataclass
@@ -466,7 +466,7 @@ def _write_table(table: pd.DataFrame | Path, path: Path) -> None:
 def run_warnings(caught: Iterable[warnings.WarningMessage], summary: dict[str, Any]) -> list[str]:
     """Return what a run warned of, each message once, then the overload note when over
     UNFINISHED_SHARE of its steady window's arrivals were unfinished at the horizon."""
-    from sparksim.metrics import UNFINISHED_SHARE
+    from sparksim.sim.metrics import UNFINISHED_SHARE
 
     given = list(dict.fromkeys(str(w.message) for w in caught))
     arrived = summary["steady_requests"] + summary["steady_unfinished"]

@@ -33,11 +33,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sparksim.analytic import HW_OPTIONS, build_analytic, options_from_command
 from sparksim.config import parse_scenario
+from sparksim.cost.analytic import HW_OPTIONS, build_analytic, options_from_command
+from sparksim.cost.profile import load_profile, write_profile
 from sparksim.errors import ConfigError, FormatError
-from sparksim.profile import load_profile, write_profile
-from sparksim.runner import simulate
+from sparksim.sim.runner import simulate
 
 
 @dataclass(frozen=True)
@@ -335,7 +335,7 @@ def stability_margin(run: MeasuredRun, stage: int, profile: Path, work: Path, *,
     replayed alone with their arrival gaps divided by f, leave no more than UNFINISHED_SHARE
     of them still waiting for their first token when the last one has arrived. Below 1: the
     prediction calls the measured load itself an overload."""
-    from sparksim.metrics import UNFINISHED_SHARE
+    from sparksim.sim.metrics import UNFINISHED_SHARE
 
     rows = run.requests[run.requests["stage"] == stage]
     if rows.empty:
