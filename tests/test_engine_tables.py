@@ -1,4 +1,4 @@
-"""Engine cost tables (`sparksim.cost.engine_tables`): each engine's lookup rule, its file, export and import.
+"""Engine cost tables (`sparksim.cost.engine_tables`, `engine_table_files`, `engine_table_convert`): each engine's lookup rule, its file, export and import.
 
 Why: an engine's planner prices a step with its own table and its own rule (SGLang's floor,
 TensorRT-LLM's interpolation, vLLM's padded staircase, ATOM's dense stub), and a policy
@@ -20,6 +20,8 @@ import yaml
 from typer.testing import CliRunner
 
 from sparksim.cli import app
+from sparksim.cost import engine_table_convert as convert
+from sparksim.cost import engine_table_files as files
 from sparksim.cost import engine_tables as et
 from sparksim.cost.pricing import StepCost
 from sparksim.cost.profile import ProfileWarning, load_profile
@@ -143,27 +145,27 @@ def h200() -> Any:
     return load_profile(H200)
 
 
-@pytest.mark.parametrize("fmt", et.FORMATS)
+@pytest.mark.parametrize("fmt", files.FORMATS)
 def test_export_write_read_is_the_same_table_and_its_steps_are_sparksims_price(
         fmt: str, h200: Any, tmp_path: Path) -> None:
-    table = et.export_table(h200, fmt, gamma=7)
-    path = et.write_table(table, tmp_path / f"{fmt}.json")
-    assert et.read_table(path, fmt) == table
-    context = et.DEFAULT_CONTEXT[fmt]
-    for r, n in et.grid_cells(h200, fmt, 7):  # the one price, written out (h200 has no engine loop)
+    table = convert.export_table(h200, fmt, gamma=7)
+    path = files.write_table(table, tmp_path / f"{fmt}.json")
+    assert files.read_table(path, fmt) == table
+    context = convert.DEFAULT_CONTEXT[fmt]
+    for r, n in convert.grid_cells(h200, fmt, 7):  # the one price, written out (h200 has no engine loop)
         cost = StepCost.for_step(h200, requests=r, kv_tokens=r * context, positions=7, drafter="dspark-5")
         assert table.step_s(r, b(r * (n + 1)))[0] == pytest.approx(
             cost.price(np.full(r, n, np.int64)).total_s, rel=1e-12)
 
 
-@pytest.mark.parametrize("fmt", et.FORMATS)
+@pytest.mark.parametrize("fmt", files.FORMATS)
 def test_an_imported_table_prices_its_grid_as_the_table_does(fmt: str, h200: Any, tmp_path: Path) -> None:
-    table = et.export_table(h200, fmt, gamma=7)
-    path = et.write_table(table, tmp_path / f"{fmt}.json",
-                          et.export_card(h200, table, fmt, gamma=7, command="test"))
-    imported = load_profile(et.import_table(path, fmt, tmp_path / "imported", gamma=7))
-    for r, n in et.grid_cells(h200, fmt, 7):
-        price = et.step_price(imported, r, n, gamma=7, drafter=None, context=12345)
+    table = convert.export_table(h200, fmt, gamma=7)
+    path = files.write_table(table, tmp_path / f"{fmt}.json",
+                          convert.export_card(h200, table, fmt, gamma=7, command="test"))
+    imported = load_profile(convert.import_table(path, fmt, tmp_path / "imported", gamma=7))
+    for r, n in convert.grid_cells(h200, fmt, 7):
+        price = convert.step_price(imported, r, n, gamma=7, drafter=None, context=12345)
         assert price.total_s == pytest.approx(table.step_s(r, b(r * (n + 1)))[0], rel=1e-9)
         assert price.draft_s == 0.0
     card = imported.card
@@ -175,9 +177,9 @@ def test_an_imported_table_prices_its_grid_as_the_table_does(fmt: str, h200: Any
 
 def test_sglang_additive_file_round_trips_and_imports_at_its_probes(tmp_path: Path) -> None:
     t = et.SglangAdditiveTable(0.010, (1, 4, 16), (-0.001, 0.002, 0.003), (0, 8, 64), (0.0, 0.004, 0.012))
-    path = et.write_table(t, tmp_path / "additive.json")
-    assert et.read_table(path, "sglang") == t
-    prof = load_profile(et.import_table(path, "sglang", tmp_path / "p", gamma=3, model="m", hardware="h"))
+    path = files.write_table(t, tmp_path / "additive.json")
+    assert files.read_table(path, "sglang") == t
+    prof = load_profile(convert.import_table(path, "sglang", tmp_path / "p", gamma=3, model="m", hardware="h"))
     for r in t.bs_probes:  # every (bs, m) probe pair: R requests sending m tokens in all
         step = StepCost.for_step(prof, requests=r, kv_tokens=1e6, positions=3)
         for m in (8, 64):
@@ -189,29 +191,29 @@ def test_export_of_the_live_measured_profile_is_cut_at_its_largest_batch(tmp_pat
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ProfileWarning)  # vLLM's 8192-token context extrapolates its KV
         prof = load_profile(TINY)
-        assert et.default_gamma(prof) == 7
-        for fmt in et.FORMATS:
-            table = et.export_table(prof, fmt, gamma=7)
-            card = et.export_card(prof, table, fmt, gamma=7)
-            assert et.read_table(et.write_table(table, tmp_path / f"{fmt}.json", card), fmt) == table
+        assert convert.default_gamma(prof) == 7
+        for fmt in files.FORMATS:
+            table = convert.export_table(prof, fmt, gamma=7)
+            card = convert.export_card(prof, table, fmt, gamma=7)
+            assert files.read_table(files.write_table(table, tmp_path / f"{fmt}.json", card), fmt) == table
             assert max(card["grid"]["batch_tokens"]) <= prof.max_tokens == 512
             assert card["source"] == "measured" and card["max_rel_gap"] < 1e-12
-    assert et.export_table(prof, "sglang", gamma=7).batch_tokens[-1] == 64 * 8  # type: ignore[attr-defined]
+    assert convert.export_table(prof, "sglang", gamma=7).batch_tokens[-1] == 64 * 8  # type: ignore[attr-defined]
 
 
 def test_an_analytic_export_never_says_measured(h200: Any) -> None:
-    card = et.export_card(h200, et.export_table(h200, "vllm", gamma=7), "vllm", gamma=7)
+    card = convert.export_card(h200, convert.export_table(h200, "vllm", gamma=7), "vllm", gamma=7)
     assert card["source"] == card["profile"]["source"] == "analytic"
     assert "measured" not in yaml.safe_dump(card)
 
 
 def test_trtllm_split_is_exact_where_the_price_is_additive_and_recorded_where_not(h200: Any) -> None:
-    table = et.export_table(h200, "trtllm", gamma=7)
+    table = convert.export_table(h200, "trtllm", gamma=7)
     assert isinstance(table, et.TrtllmSpsTable)
-    assert table.token_counts == tuple(sorted({r * (n + 1) for r in et.REQUEST_GRID for n in range(1, 8)}))
-    assert table.batch_sizes == et.REQUEST_GRID
+    assert table.token_counts == tuple(sorted({r * (n + 1) for r in convert.REQUEST_GRID for n in range(1, 8)}))
+    assert table.batch_sizes == convert.REQUEST_GRID
     mla = load_profile(ROOT / "profiles" / "h200x8-deepseek-v3-analytic")
-    card = et.export_card(mla, et.export_table(mla, "trtllm", gamma=5), "trtllm", gamma=5)
+    card = convert.export_card(mla, convert.export_table(mla, "trtllm", gamma=5), "trtllm", gamma=5)
     assert 1e-6 < card["max_rel_gap"] < 0.01  # max(KV read, attention FLOPs) is not additive
 
 
@@ -226,7 +228,7 @@ def write_json(tmp_path: Path, doc: Any, name: str = "t.json") -> Path:
 
 def problems_of(path: Path, fmt: str) -> list[str]:
     with pytest.raises(FormatError) as err:
-        et.read_table(path, fmt)
+        files.read_table(path, fmt)
     assert str(path) in str(err.value)
     return err.value.problems
 
@@ -313,7 +315,7 @@ def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
 
 def test_the_vllm_ascend_lookup_agrees_with_vllms_step_up_to_its_largest_key(tmp_path: Path) -> None:
     latency = {"4": 10.0, "8": 12.0, "16": 20.0}
-    table = et.read_table(write_json(tmp_path, {"schema_version": 1, "latency_ms": latency}), "vllm")
+    table = files.read_table(write_json(tmp_path, {"schema_version": 1, "latency_ms": latency}), "vllm")
     keys = sorted(int(k) for k in latency)
 
     def ascend(tokens: int) -> float:  # HardwareCostModel.latency: the nearest key >= B, else the largest
@@ -324,35 +326,35 @@ def test_the_vllm_ascend_lookup_agrees_with_vllms_step_up_to_its_largest_key(tmp
 
 
 def test_an_unknown_format_lists_the_valid_ones(h200: Any, tmp_path: Path) -> None:
-    for call in (lambda: et.read_table(tmp_path / "x.json", "atom"),
-                 lambda: et.export_table(h200, "tensorrt", gamma=7)):
+    for call in (lambda: files.read_table(tmp_path / "x.json", "atom"),
+                 lambda: convert.export_table(h200, "tensorrt", gamma=7)):
         with pytest.raises(ConfigError, match="is not one of sglang, trtllm, vllm"):
             call()
     with pytest.raises(ConfigError, match="ATOM keeps its table in memory"):
-        et.write_table(et.AtomSpsTable.stub(2, 3), tmp_path / "atom.json")
+        files.write_table(et.AtomSpsTable.stub(2, 3), tmp_path / "atom.json")
 
 
 def test_an_export_that_needs_a_drafter_or_a_reachable_grid_says_what_is_missing(tmp_path: Path) -> None:
     plain = load_profile(ROOT / "profiles" / "h100-llama-2-7b-analytic")
     with pytest.raises(ConfigError, match="has no draft table, but a sglang table prices the whole DSpark step"):
-        et.export_table(plain, "sglang", gamma=7)
-    assert et.export_table(plain, "sglang", gamma=0).batch_tokens[0] == 1  # type: ignore[attr-defined]
+        convert.export_table(plain, "sglang", gamma=7)
+    assert convert.export_table(plain, "sglang", gamma=0).batch_tokens[0] == 1  # type: ignore[attr-defined]
     with pytest.raises(ConfigError, match="gamma=0 has no grid"):
-        et.export_table(plain, "trtllm", gamma=0)
+        convert.export_table(plain, "trtllm", gamma=0)
     tiny = load_profile(TINY)
     with pytest.raises(ConfigError, match=r"drafter 'nope' is not in profile .* \['dspark-2'\]"):
-        et.export_table(tiny, "vllm", gamma=7, drafter="nope")
+        convert.export_table(tiny, "vllm", gamma=7, drafter="nope")
     with pytest.raises(ConfigError, match=r"reaches 512 tokens, but sglang's grid starts at R=1 x \(L\+1\)=601"):
-        et.export_table(tiny, "sglang", gamma=600)
+        convert.export_table(tiny, "sglang", gamma=600)
 
 
 def test_an_import_needs_a_measured_table_and_its_model(tmp_path: Path) -> None:
-    flat = et.write_table(et.SglangSpsTable.flat(), tmp_path / "flat.json")
+    flat = files.write_table(et.SglangSpsTable.flat(), tmp_path / "flat.json")
     with pytest.raises(ConfigError, match=r"flat .* placeholder holds no measurement"):
-        et.import_table(flat, "sglang", tmp_path / "p", gamma=7, model="m", hardware="h")
-    bare = et.write_table(et.SglangSpsTable((8, 16), (90.0, 80.0), 16), tmp_path / "bare.json")
+        convert.import_table(flat, "sglang", tmp_path / "p", gamma=7, model="m", hardware="h")
+    bare = files.write_table(et.SglangSpsTable((8, 16), (90.0, 80.0), 16), tmp_path / "bare.json")
     with pytest.raises(ConfigError, match=r"--model and --hardware needed: .* has no export card"):
-        et.import_table(bare, "sglang", tmp_path / "p", gamma=7)
+        convert.import_table(bare, "sglang", tmp_path / "p", gamma=7)
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -363,7 +365,7 @@ def test_cli_exports_and_imports_and_a_dspark_run_works_on_the_result(tmp_path: 
     result = runner.invoke(app, ["profile", "export", str(H200), "--format", "sglang", "--out", str(table)])
     assert result.exit_code == 0, result.output
     assert "wrote" in result.output and "source: analytic" in result.output
-    card = yaml.safe_load(et.sidecar_path(table).read_text())
+    card = yaml.safe_load(files.sidecar_path(table).read_text())
     assert card["gamma"] == 7 and card["context_tokens"] == 16 and card["command"].startswith("sparksim profile export")
     prof = tmp_path / "imported"
     result = runner.invoke(app, ["profile", "import", str(table), "--format", "sglang", "--out", str(prof),

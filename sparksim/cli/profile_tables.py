@@ -20,13 +20,8 @@ def export(
     context: int | None = typer.Option(None, "--context", help="KV tokens per request while profiling (default: sglang 16, its profiler's --input-len; trtllm 1024, sparksim's choice; vllm 8192, its start-up profiling context)"),
 ) -> None:
     """Write the step-cost table an engine's DSpark planner reads, each point priced by sparksim from PROFILE, on the engine's own grid."""
-    from sparksim.cost.engine_tables import (
-        check_format,
-        default_gamma,
-        export_card,
-        export_table,
-        write_table,
-    )
+    from sparksim.cost.engine_table_convert import default_gamma, export_card, export_table
+    from sparksim.cost.engine_table_files import check_format, write_table
     from sparksim.cost.profile import load_profile
 
     check_format(fmt)
@@ -54,7 +49,8 @@ def import_(
     hardware: str | None = typer.Option(None, "--hardware", help="hardware it was measured on (default: its export card's)"),
 ) -> None:
     """Write a sparksim profile (source: imported) whose step price at the table's probes is the table's step time."""
-    from sparksim.cost.engine_tables import check_format, import_table
+    from sparksim.cost.engine_table_convert import import_table
+    from sparksim.cost.engine_table_files import check_format
 
     check_format(fmt)
     check_out(out, kind="folder")

@@ -4,5 +4,6 @@
 one step-pricing rule the engine charges and the policies optimise), `roofline` and
 `analytic` (profiles built from a model's shape and a GPU's specs), `models` (model
 shapes), `fitted` (published fitted cost models), `engine_tables` (the engines' own
-profiler tables, exported and imported). Imports nothing above `sparksim.config`.
+profiler tables; their files in `engine_table_files`, export and import in
+`engine_table_convert`). Imports nothing above `sparksim.config`.
 """

@@ -99,6 +99,7 @@ class PlannerTable:
         if self.spec == "exact":
             return None
         from sparksim.cost import engine_tables as et
+        from sparksim.cost.engine_table_files import read_table
         if self._table is None or (self.spec == "profiled" and id(batch.cost.profile) != self._profile_id):
             if self.spec == "profiled":
                 self._table = profiled_table(batch.cost.profile, self.engine, self.gamma)
@@ -106,7 +107,7 @@ class PlannerTable:
             elif self.spec == "flat":
                 self._table = et.SglangSpsTable.flat() if self.engine == "sglang" else et.TrtllmSpsTable((1,), (1.0,))
             else:
-                self._table = et.read_table(Path(self.spec), self.engine)
+                self._table = read_table(Path(self.spec), self.engine)
         return self._table
 
     def step_s(self, batch: StepBatch, tokens: NDArray[np.int64],
@@ -138,11 +139,12 @@ def profiled_table(profile: Profile, engine: str, gamma: int) -> EngineTable:
     (B = bs·(γ+1), steps/s), the grid of SGLang's diagonal sweep, so it is that table.
     """
     from sparksim.cost import engine_tables as et
+    from sparksim.cost.engine_table_convert import export_table
     if engine == "atom":
-        diag = et.export_table(profile, "sglang", gamma=gamma)
+        diag = export_table(profile, "sglang", gamma=gamma)
         assert isinstance(diag, et.SglangSpsTable)
         return et.AtomSpsTable(diag.batch_tokens, diag.steps_per_sec, max_b=diag.batch_tokens[-1])
-    return et.export_table(profile, engine, gamma=gamma)
+    return export_table(profile, engine, gamma=gamma)
 
 
 def ranked_with_floor(survival: NDArray[np.float64], eps: float) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
