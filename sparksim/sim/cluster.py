@@ -24,8 +24,9 @@ import simpy
 from sparksim.config import Scenario, resolve_path
 from sparksim.cost.profile import Profile
 from sparksim.policies import make_policy
-from sparksim.sim.engine import Engine, Request, kv_capacity_tokens
+from sparksim.sim.engine import Engine, kv_capacity_tokens
 from sparksim.sim.prefix_cache import PrefixCache
+from sparksim.sim.scheduler import Request
 from sparksim.sim.workload import (
     DomainSampler,
     RequestSpec,

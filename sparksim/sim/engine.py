@@ -18,7 +18,6 @@ skipped by its prefill and counted once in the KV cache, however many requests s
 
 from __future__ import annotations
 
-import math
 import time
 from collections import deque
 from collections.abc import Callable, Generator
@@ -32,51 +31,23 @@ from numpy.typing import NDArray
 from sparksim.config import Scenario
 from sparksim.cost.pricing import StepCost
 from sparksim.cost.profile import Profile
-from sparksim.errors import ConfigError, PolicyError
 from sparksim.policies.base import Policy, StepBatch, drafted_positions
-from sparksim.sim.invariants import InvariantError, lengths_in_bounds
 from sparksim.sim.prefix_cache import PrefixCache
-from sparksim.sim.workload import DomainSampler, RequestSpec
+from sparksim.sim.scheduler import Request, Scheduler
+from sparksim.sim.step_checks import answer_lengths, check_replay, check_tokens
+from sparksim.sim.workload import DomainSampler
 from sparksim.step import kernels
 from sparksim.step.batch_layout import (
-    ADMIT_SEQ,
     CONTEXT,
-    DOM,
     EMITTED,
     JOINED,
-    NUM_FIELDS,
     OUT_LEN,
     RID,
     ROW,
     ROW_END,
-    TRACE_CUR,
 )
 from sparksim.step.records import Columns, StepRecord, StreamStats
 from sparksim.traces.format import TraceSet
-
-
-@dataclass(slots=True)
-class Request:
-    """A request's cold state: everything not needed every step, plus its hot state when parked."""
-
-    spec: RequestSpec
-    replica: int = -1
-    first_token_at: float = math.nan
-    finish_at: float = math.nan
-    emitted: int = 0
-    row: int = 0  # next trace row to replay
-    row_end: int = 0  # end of the current trace request's rows
-    trace_current: int = 0
-    context: int = 0  # KV tokens held: prompt + emitted
-    prefill_left: int = 0  # tokens still to (re)compute before decoding
-    decode_steps: int = 0
-    verified: int = 0
-    accepted: int = 0
-    preemptions: int = 0
-    switches: int = 0
-    admit_seq: int = 0  # first admission's order (kept on re-admission: preempt the newest)
-    last_emit_at: float = math.nan  # when it last emitted a token (for ITL across gaps)
-    cache_blocks: int = 0  # leading blocks of its prefix group's cached chain it references
 
 
 def kv_capacity_tokens(scenario: Scenario, profile: Profile) -> int | None:
@@ -111,13 +82,7 @@ class _Step:
     cost: StepCost
 
 
-def _short(values: NDArray[Any]) -> str:
-    """A policy's answer for an error message, cut to a readable length."""
-    text = np.array2string(values.ravel()[:16], separator=",")
-    return text + (" ..." if values.size > 16 else "")
-
-
-class Engine:
+class Engine(Scheduler):
     """A decode replica: its queue, its running batch and the step loop."""
 
     def __init__(
@@ -177,14 +142,7 @@ class Engine:
         self.t_acc = traces.accepted.astype(np.int64)
         self.t_offsets = traces.offsets
 
-        cap = self.max_concurrency
-        self.n = 0
-        # The batch is a window of `cap` columns in buffers three times as wide, so `_rotate`
-        # moves columns into the slack on either side instead of shifting the whole batch.
-        self._state_buf = np.zeros((NUM_FIELDS, 3 * cap), dtype=np.int64)
-        # when each slot's request last emitted (ITL after steps it sat out); kept in slot order
-        self._emit_buf = np.full(3 * cap, np.nan)
-        self._place(cap)
+        self._init_slots(self.max_concurrency)
         self._irregular = False  # some running request sat out a step since it last emitted
         self._joins_pending = False  # some slot may hold JOINED = 1 (False: none does)
         self.active: dict[int, Request] = {}
@@ -203,236 +161,7 @@ class Engine:
         self._idle: simpy.Event | None = None
         self.process = env.process(self._loop())
 
-    # ------------------------------------------------------------------ intake
-
-    @property
-    def outstanding(self) -> int:
-        """Requests queued, prefilling or running here (the least-outstanding router's load)."""
-        return self.n + len(self.prefilling) + len(self.queue)
-
-    def enqueue(self, req: Request) -> None:
-        """Accept a request routed to this replica; wake the loop if it is idle."""
-        req.replica = self.replica
-        self.queue.append(req)
-        if self._idle is not None and not self._idle.triggered:
-            self._idle.succeed()
-
-    def _admit(self) -> None:
-        while self.queue:
-            req = self.queue[0]
-            if self.n + len(self.prefilling) >= self.max_concurrency:
-                return
-            if (self.n + len(self.prefilling) + 1) * self.reserve > self.max_batch_tokens:
-                return  # INV-2: full verification of everyone, prefilling ones included, must fit
-            need = req.spec.prompt_tokens + req.emitted
-            if need + self.reserve > self.kv_capacity:
-                raise ConfigError(
-                    f"request {req.spec.request_id} needs {need} KV tokens + {self.reserve} reserved, "
-                    f"more than cluster.kv_capacity_tokens={self.kv_capacity}: it could never run"
-                )
-            busy = self.n + len(self.prefilling) + 1
-            hit = add = 0
-            if self.cache is not None and req.prefill_left > 0:
-                s = req.spec
-                hit = self.cache.lookup(s.prefix_group, s.prefix_tokens, s.prompt_tokens)
-                # shared blocks count once: only the ones nobody holds yet join the KV held
-                add = self.cache.newly_pinned(s.prefix_group, hit) - hit
-            if self.kv_used + need + add * self._block + busy * self.reserve > self.kv_capacity:
-                return
-            self.queue.popleft()
-            if self.cache is not None and req.prefill_left > 0:
-                self._use_cache(req, hit)
-            if req.admit_seq == 0:
-                self.admit_counter += 1
-                req.admit_seq = self.admit_counter
-            self.kv_used += need + add * self._block
-            req.context = need
-            if self.cache is not None:
-                self.cache.fit(self.kv_capacity - self.kv_used)
-            if req.prefill_left > 0:
-                self.prefilling.append(req)
-            else:
-                self._join(req)
-
-    def _use_cache(self, req: Request, hit: int) -> None:
-        """Admit a prompt onto its `hit` cached blocks: its prefill starts after them."""
-        assert self.cache is not None
-        s = req.spec
-        self.cache.count(s.prompt_tokens, hit, fresh=req.admit_seq == 0)
-        self.cache.acquire(s.prefix_group, hit)
-        req.cache_blocks = hit
-        req.prefill_left -= hit * self._block
-
-    def _cache_computed(self, req: Request) -> None:
-        """Cache the full shared blocks a prefill chunk has completed (they leave the request's own KV)."""
-        assert self.cache is not None
-        s = req.spec
-        done = min(req.context - req.prefill_left, s.prefix_tokens) // self._block
-        if done > req.cache_blocks and self.cache.extend(s.prefix_group, req.cache_blocks, done):
-            req.cache_blocks = done
-
-    def _free(self, req: Request) -> None:
-        """Give back the KV a request held (finished or preempted): its own tokens, and the cached
-        blocks it was the last to reference, which stay cached in the free space."""
-        if self.cache is None:
-            self.kv_used -= req.context
-            return
-        freed = self.cache.release(req.spec.prefix_group, req.cache_blocks)
-        self.kv_used -= req.context - (req.cache_blocks - freed) * self._block
-        req.cache_blocks = 0
-
-    def _join(self, req: Request) -> None:
-        """Move a request whose KV is complete into the running batch."""
-        i = self.n
-        rid = req.spec.request_id
-        # one column write, fields in the order ROW .. JOINED; its first gap in the batch runs
-        # from its last emission (transfer, queueing, recompute), not from the last step
-        self.state[:, i] = (
-            req.row, req.emitted, req.context, req.decode_steps, req.verified, req.accepted, rid,
-            req.row_end, req.spec.output_tokens, req.spec.domain, req.trace_current, req.admit_seq, 1,
-        )
-        self.active[rid] = req
-        self.ctx_sum += req.context
-        self.last_emit[i] = req.last_emit_at
-        self._joins_pending = True
-        self.n += 1
-        if req.row >= req.row_end and req.emitted < req.spec.output_tokens:
-            self._continue_traces(np.array([i]))
-
-    def _park(self, i: int) -> Request:
-        """Copy slot i's hot state back into its Request (on finish or preemption)."""
-        (row, emitted, context, steps, verified, accepted, rid, row_end, _out, _dom, trace_cur,
-         _seq, _joined) = self.state[:, i].tolist()
-        req = self.active.pop(rid)
-        self.ctx_sum -= context
-        req.row, req.row_end, req.emitted, req.context = row, row_end, emitted, context
-        req.decode_steps, req.verified, req.accepted, req.trace_current = steps, verified, accepted, trace_cur
-        return req
-
-    def _compact(self, keep: NDArray[np.bool_]) -> None:
-        n_new = int(keep.sum())
-        self.state[:, :n_new] = self.state[:, : self.n][:, keep]
-        self.last_emit[:n_new] = self.last_emit[: self.n][keep]
-        self.n = n_new
-
-    def _place(self, head: int) -> None:
-        """Make the batch the window of the buffers that starts at column `head`."""
-        self._head = head
-        self.state = self._state_buf[:, head : head + self.max_concurrency]
-        self.last_emit = self._emit_buf[head : head + self.max_concurrency]
-
-    def _rotate(self, stepped: int) -> None:
-        """Move running slots 0..stepped-1 behind the rest (DistServe's rotation of a capped batch).
-
-        Copies the smaller side, min(stepped, n − stepped) columns, into the buffers' slack and
-        moves the window over it; when the slack on that side runs out the window first moves
-        back to the middle (n columns, once per `cap` columns rotated at most).
-        """
-        n, cap, head = self.n, self.max_concurrency, self._head
-        waiting = n - stepped
-        if stepped <= waiting:  # the stepped ones go behind the waiting ones
-            if head + stepped > 2 * cap:
-                head = self._recentre()
-            self._state_buf[:, head + n : head + n + stepped] = self._state_buf[:, head : head + stepped]
-            self._emit_buf[head + n : head + n + stepped] = self._emit_buf[head : head + stepped]
-            self._place(head + stepped)
-        else:  # the waiting ones go in front of the stepped ones
-            if head < waiting:
-                head = self._recentre()
-            self._state_buf[:, head - waiting : head] = self._state_buf[:, head + stepped : head + n]
-            self._emit_buf[head - waiting : head] = self._emit_buf[head + stepped : head + n]
-            self._place(head - waiting)
-
-    def _step_out(self, going_on: NDArray[np.bool_], m: int) -> None:
-        """After a capped step: the first m slots stepped; those `going_on` queue behind the
-        slots that waited, the rest (finished, already parked) leave the batch.
-
-        The same order as `_compact` then `_rotate`, but copies only the m stepped columns,
-        not the whole batch: under the context cap most of a long batch waits.
-        """
-        cap, head, n = self.max_concurrency, self._head, self.n
-        if head + m > 2 * cap:
-            head = self._recentre()
-        keep = np.flatnonzero(going_on) + head
-        self._state_buf[:, head + n : head + n + keep.size] = self._state_buf[:, keep]
-        self._emit_buf[head + n : head + n + keep.size] = self._emit_buf[keep]
-        self.n = n - m + keep.size
-        self._place(head + m)
-
-    def _recentre(self) -> int:
-        """Move the batch's n columns to the buffers' middle third; return where it starts."""
-        cap, head, n = self.max_concurrency, self._head, self.n
-        self._state_buf[:, cap : cap + n] = self._state_buf[:, head : head + n].copy()
-        self._emit_buf[cap : cap + n] = self._emit_buf[head : head + n].copy()
-        self._place(cap)
-        return cap
-
-    def _continue_traces(self, idx: NDArray[np.int64]) -> None:
-        """Requests past the end of their trace request continue on another of the same domain."""
-        st = self.state
-        over = (st[ROW, idx] >= st[ROW_END, idx]) & (st[EMITTED, idx] < st[OUT_LEN, idx])
-        for i in idx[over]:
-            overshoot = int(st[ROW, i] - st[ROW_END, i])  # tokens emitted past the old end
-            while st[ROW, i] >= st[ROW_END, i]:
-                dom, cur = int(st[DOM, i]), int(st[TRACE_CUR, i])
-                nxt = self.sampler.next_in_domain(self.rng, dom, cur)
-                start, end = int(self.t_offsets[nxt]), int(self.t_offsets[nxt + 1])
-                st[TRACE_CUR, i] = nxt
-                # like a fresh request, replay from position 1, moved on by the overshoot
-                st[ROW, i] = min(start + 1 + overshoot, end)
-                st[ROW_END, i] = end
-                overshoot = 0
-                self.active[int(st[RID, i])].switches += 1
-
-    def _preempt_if_needed(self) -> None:
-        """Preempt the newest running requests (recompute) until the step's KV reservation fits."""
-        while self.n > 0 and self.kv_used + self.n * self.reserve > self.kv_capacity:
-            i = int(np.argmax(self.state[ADMIT_SEQ, : self.n]))
-            req = self._park(i)
-            keep = np.ones(self.n, dtype=bool)
-            keep[i] = False
-            self._compact(keep)
-            self._free(req)
-            req.last_emit_at = self.env.now  # its last step ended now
-            req.preemptions += 1
-            req.prefill_left = req.spec.prompt_tokens + req.emitted
-            self.queue.appendleft(req)
-
     # ------------------------------------------------------------------ the step loop
-
-    def _plan_prefill(self, budget: int) -> list[tuple[Request, int]]:
-        """Choose this step's prompt work: (request, tokens) pairs, first come first served.
-
-        Chunked (vLLM V1): up to `chunk_tokens` within the step's token budget, a prompt may
-        be split across steps. Prefill-first (vLLM V0, DistServe): whole prompts while they
-        fit the engine's token limit, the first one always (an over-long prompt runs alone).
-        """
-        plan: list[tuple[Request, int]] = []
-        if self.prefill_first:
-            left = self.max_batch_tokens
-            for req in self.prefilling:
-                if plan and req.prefill_left > left:
-                    break
-                plan.append((req, req.prefill_left))
-                left -= req.prefill_left
-            return plan
-        left = min(self.chunk_tokens, budget)
-        for req in self.prefilling:
-            if left <= 0:
-                break
-            take = min(req.prefill_left, left)
-            plan.append((req, take))
-            left -= take
-        return plan
-
-    def _capped_rows(self, n: int) -> int:
-        """Return how many leading running requests fit the step's context-token cap (≥ 1).
-
-        Taken in batch order and stopping at the first that does not fit, as DistServe's
-        decode batching does; the rest wait, and `_rotate` moves the stepped ones behind them.
-        """
-        held = np.cumsum(self.state[CONTEXT, :n])
-        return max(1, int(np.searchsorted(held, self.max_context_tokens, side="right")))
 
     def _loop(self) -> Generator[simpy.Event, Any, None]:
         """Step until the simulation ends: plan, price, decide, run (a timeout), apply, record."""
@@ -527,7 +256,14 @@ class Engine:
         t0 = time.perf_counter() if self.measure_decision else 0.0
         answer = self.policy.decide(batch)
         decision_s = time.perf_counter() - t0 if self.measure_decision else step.decision_s
-        return self._checked(answer, m, step.cost.base_tokens), batch, decision_s
+        # checked every step, before any kernel sees it; under --check, B within the limit (INV-2)
+        lengths = answer_lengths(answer, m, self.max_length, self._who)
+        if self.check:
+            check_tokens(lengths, step.cost.base_tokens, self.max_batch_tokens, self._who)
+        return lengths, batch, decision_s
+
+    def _who(self) -> str:
+        return f"step {self.step_index}: policy {self.policy.label()!r}"
 
     def _apply(self, step: _Step, lengths: NDArray[np.int64], verified: int, batch: StepBatch | None,
                step_s: float) -> tuple[int, int]:
@@ -553,7 +289,7 @@ class Engine:
             if verified and (self.step_records is not None or self.check):
                 accepted_total = int(drafted_ok.sum())  # the record's: what the trace accepted
             if rows is not None:
-                self._check_replay(rows, lengths, drafted_ok, emitted_total)
+                check_replay(self.t_acc, rows, lengths, drafted_ok, emitted_total, self.step_index)
             self.kv_used += emitted_total
             self.ctx_sum += emitted_total
             if self.cache is not None:  # new tokens take free space: the oldest cached blocks go
@@ -624,48 +360,6 @@ class Engine:
                 stats.add_itl(now - last_at, 1)
             num_joined = joined.size
         stats.add_itl(step_s, n - num_joined)
-
-    def _checked(self, answer: Any, m: int, fixed: int) -> NDArray[np.int64]:
-        """Return the policy's answer as ℓ, or raise PolicyError naming the policy, step and value.
-
-        Checked every step, before any kernel sees it (a kernel indexes the trace by ℓ): an
-        (m,) array of integers in 0..the positions drafted. Under `--check`, B within the
-        engine's token limit too (INV-2).
-        """
-        lengths = answer if isinstance(answer, np.ndarray) else np.asarray(answer)
-        if lengths.shape != (m,) or lengths.dtype.kind not in "iu":
-            raise PolicyError(f"{self._who()} returned {lengths.dtype} of shape {lengths.shape} (must be "
-                              f"integers of shape ({m},), one per request): {_short(lengths)}")
-        if lengths.dtype != np.int64:
-            lengths = lengths.astype(np.int64)
-        if not lengths_in_bounds(lengths, self.max_length):
-            bad = lengths[(lengths < 0) | (lengths > self.max_length)]
-            raise PolicyError(f"{self._who()} returned ℓ = {int(bad[0])} (must be in 0..{self.max_length}, "
-                              f"the positions drafted): {_short(lengths)}")
-        if self.check and fixed + int(lengths.sum()) > self.max_batch_tokens:
-            raise InvariantError(
-                f"INV-2: {self._who()} sent B={fixed + int(lengths.sum())} tokens, "
-                f"over the engine's limit {self.max_batch_tokens}"
-            )
-        return lengths
-
-    def _who(self) -> str:
-        return f"step {self.step_index}: policy {self.policy.label()!r}"
-
-    def _check_replay(self, rows: NDArray[np.int64], lengths: NDArray[np.int64],
-                      drafted_ok: NDArray[np.int64], emitted: int) -> None:
-        """INV-1 for one step, read from the trace, not from the kernel that replayed it.
-
-        Each request accepts min(ℓ, the trace's accepted) drafts and emits that plus one,
-        cut only by its output length.
-        """
-        want = np.minimum(lengths, self.t_acc.take(rows))
-        if not np.array_equal(drafted_ok[: rows.size], want):
-            raise InvariantError(f"INV-1: step {self.step_index} accepted {drafted_ok[: rows.size].tolist()} "
-                                 f"drafts where the trace says {want.tolist()}")
-        if emitted > int(want.sum()) + rows.size:
-            raise InvariantError(f"INV-1: step {self.step_index} emitted {emitted} tokens, more than "
-                                 f"the {int(want.sum()) + rows.size} its replay allows")
 
     def _prefill_done(self, req: Request, now: float, in_window: bool) -> None:
         """A (re)computed prompt is complete: a fresh one emits its first token, then decodes."""

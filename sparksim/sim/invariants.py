@@ -3,7 +3,7 @@
 Each check returns the violations it found as strings that start with the invariant's
 number; `check_run` runs them all. Under `--check` the engine also checks INV-1 step by
 step against the trace (not against the kernel that replayed it) and B (INV-2); a
-policy's ℓ is checked every step, check or not (`Engine._checked`). INV-5 is checked by
+policy's ℓ is checked every step, check or not (`sparksim.sim.step_checks`). INV-5 is checked by
 running a scenario twice (`sparksim run --check`), and INV-8 by the policies' own
 property tests.
 """
