@@ -37,7 +37,8 @@ from sparksim.bias.bias_exact import appendix_a_case, exact_table
 from sparksim.bias.biaslab import appendix_a_profile
 from sparksim.cost.profile import ProfileWarning, load_profile
 from sparksim.sim.runner import load_scenario, simulate
-from sparksim.traces.synth import preset, synthesize
+from sparksim.traces.synth import synthesize
+from sparksim.traces.synth_presets import preset
 
 warnings.simplefilter("ignore", ProfileWarning)
 USERS = [int(u) for u in os.environ.get("SPARKSIM_ANALYSIS_USERS", "4,32,128,256").split(",")]

@@ -33,7 +33,8 @@ from sparksim.studies.frontier import speedup_at_matched_throughput
 from sparksim.hardware import GPUS
 from sparksim.cost.models import load_model_spec
 from sparksim.cost.profile import ProfileWarning, write_profile
-from sparksim.cost.roofline import analytic_profile, default_capture_sizes
+from sparksim.cost.cuda_graphs import default_capture_sizes
+from sparksim.cost.roofline import analytic_profile
 from sparksim.studies.sweep import grid, parse_vary, run_sweep
 
 warnings.simplefilter("ignore", ProfileWarning)

@@ -25,7 +25,8 @@ import pandas as pd
 
 from sparksim.cost.profile import load_profile
 from sparksim.sim.runner import load_scenario, simulate
-from sparksim.traces.synth import preset, synthesize
+from sparksim.traces.synth import synthesize
+from sparksim.traces.synth_presets import preset
 
 users = int(os.environ.get("SPARKSIM_ANALYSIS_HEAVY_USERS", "192"))
 duration = float(os.environ.get("SPARKSIM_ANALYSIS_DURATION", "20"))

@@ -51,11 +51,9 @@ from sparksim.hardware import GPUS
 from sparksim.cost.models import load_model_spec
 from sparksim.cost.pricing import StepCost
 from sparksim.cost.profile import ProfileWarning, load_profile, write_profile
-from sparksim.cost.roofline import (
-    Parallelism,
-    analytic_profile,
-    drafter_presets,
-)
+from sparksim.cost.draft_step import drafter_presets
+from sparksim.cost.parallelism import Parallelism
+from sparksim.cost.roofline import analytic_profile
 from sparksim.studies.sweep import grid, parse_vary, run_sweep
 
 warnings.simplefilter("ignore", ProfileWarning)

@@ -49,17 +49,11 @@ from sparksim.hardware import GPUS, HardwareSpec
 from sparksim.cost.models import ModelSpec, load_model_spec
 from sparksim.cost.pricing import StepCost, StepPrice
 from sparksim.cost.profile import Profile, ProfileWarning, load_profile, write_profile
-from sparksim.cost.roofline import (
-    Parallelism,
-    analytic_profile,
-    collective_ms,
-    dense_bytes,
-    drafter_presets,
-    eager_step_ms,
-    pad_to_capture,
-    routed_compute_ms,
-    verify_flops,
-)
+from sparksim.cost.cuda_graphs import eager_step_ms, pad_to_capture
+from sparksim.cost.draft_step import drafter_presets
+from sparksim.cost.parallelism import Parallelism, collective_ms, routed_compute_ms
+from sparksim.cost.roofline import analytic_profile
+from sparksim.cost.target_step import dense_bytes, verify_flops
 from sparksim.sim.runner import load_scenario, simulate
 
 warnings.simplefilter("ignore", ProfileWarning)

@@ -44,15 +44,9 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from sparksim.studies.calibration import (
-    Calibrator,
-    MeasuredRun,
-    engine_settings,
-    load_run,
-    predict,
-    stability_margin,
-    stage_table,
-)
+from sparksim.studies.calibration import Calibrator
+from sparksim.studies.measured_runs import MeasuredRun, engine_settings, load_run
+from sparksim.studies.run_replay import predict, stability_margin, stage_table
 from sparksim.config import REPO_ROOT
 from sparksim.cost.profile import ProfileWarning
 

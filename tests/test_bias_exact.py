@@ -17,8 +17,18 @@ from typing import Any
 import numpy as np
 import pytest
 
-from sparksim.bias import bias_exact as bx
+from sparksim.bias.bias_exact import (
+    appendix_a_case,
+    exact_table,
+    neighbours,
+    realised_rows,
+    summarise,
+)
 from sparksim.bias.biaslab import P_DRAFT, P_TARGET, appendix_a_profile
+from sparksim.bias.first_token import StepCase
+from sparksim.bias.first_token_mc import monte_carlo_first_token
+from sparksim.bias.model_cases import drafter_cases, model_cases
+from sparksim.bias.path_decider import PathDecider, exact_first_token
 from sparksim.cost.profile import Profile, load_profile
 from sparksim.policies.two_step import TwoStep
 
@@ -27,10 +37,10 @@ LOSSLESS_SPECS = ["static:gamma=1", "static:gamma=2", "greedy", "threshold:t=0.6
                   "two-step:delay=2", "smartspec", "dynamic-sd"]
 
 
-def toy_case() -> bx.StepCase:
+def toy_case() -> StepCase:
     """A five-token drafter whose c_2 straddles argmax's boundary on the App. A costs (c_2 > 0.528)."""
     q2 = np.array([[4, 1, 1, 1, 1], [1, 3, 1, 2, 1], [1, 1, 1, 1, 4], [2, 2, 2, 2, 2], [1, 5, 1, 1, 1]], float)
-    return bx.StepCase.make(p_t=[0.35, 0.05, 0.25, 0.15, 0.20], q1=[0.15, 0.30, 0.10, 0.25, 0.20], c1=0.8,
+    return StepCase.make(p_t=[0.35, 0.05, 0.25, 0.15, 0.20], q1=[0.15, 0.30, 0.10, 0.25, 0.20], c1=0.8,
                             c2=[0.9, 0.1, 0.7, 0.3, 0.95], q2=q2, name="toy")
 
 
@@ -51,10 +61,10 @@ def cost_profile(step_ms: list[float], name: str = "toy-costs") -> Profile:
 @pytest.mark.parametrize("spec", ["argmax", "threshold:t=0.6", "greedy", "two-step:delay=0"])
 def test_the_exact_law_lies_in_the_monte_carlo_bootstrap_ci(spec: str) -> None:
     case = toy_case()
-    decider = bx.PathDecider(spec, appendix_a_profile())
-    exact = bx.exact_first_token(case, decider)
+    decider = PathDecider(spec, appendix_a_profile())
+    exact = exact_first_token(case, decider)
     assert exact.dist.sum() == pytest.approx(1.0, abs=1e-12)
-    mc = bx.monte_carlo_first_token(case, decider, 10_000, seed=11)
+    mc = monte_carlo_first_token(case, decider, 10_000, seed=11)
     for k in range(case.vocab):
         ci = mc.probability(k, level=0.999, n_resamples=1000, seed=k)
         assert ci.contains(float(exact.dist[k])), (spec, k, float(exact.dist[k]), str(ci))
@@ -66,15 +76,15 @@ def test_the_exact_law_lies_in_the_monte_carlo_bootstrap_ci(spec: str) -> None:
 def test_the_toy_exercises_every_branch() -> None:
     """Why: (a) only checks what the toy reaches: ℓ = 0, 1 and 2 all occur, and argmax is biased."""
     case = toy_case()
-    ell_argmax = bx.exact_first_token(case, bx.PathDecider("argmax", appendix_a_profile())).lengths
-    ell_threshold = bx.exact_first_token(case, bx.PathDecider("threshold:t=0.6", appendix_a_profile())).lengths
+    ell_argmax = exact_first_token(case, PathDecider("argmax", appendix_a_profile())).lengths
+    ell_threshold = exact_first_token(case, PathDecider("threshold:t=0.6", appendix_a_profile())).lengths
     assert set(ell_argmax.tolist()) == {0, 2} and set(ell_threshold.tolist()) == {1, 2}
-    assert bx.exact_first_token(case, bx.PathDecider("argmax", appendix_a_profile())).tv > 0.02
+    assert exact_first_token(case, PathDecider("argmax", appendix_a_profile())).tv > 0.02
 
 
 def test_monte_carlo_samples_the_whole_step_and_a_split_sample_tv_sees_no_bias_in_a_lossless_policy() -> None:
     case = toy_case()
-    mc = bx.monte_carlo_first_token(case, bx.PathDecider("greedy", appendix_a_profile()), 10_000, seed=3)
+    mc = monte_carlo_first_token(case, PathDecider("greedy", appendix_a_profile()), 10_000, seed=3)
     assert mc.tokens.shape == (10_000,) and mc.dist.sum() == pytest.approx(1.0)
     split = mc.tv(case.p_t, level=0.999, n_resamples=1000)  # no exact witness: the samples alone
     assert split.contains(0.0) and split.high < 0.04
@@ -83,8 +93,8 @@ def test_monte_carlo_samples_the_whole_step_and_a_split_sample_tv_sees_no_bias_i
 # --------------------------------------------------------------------------- (b) lossless to float precision
 
 
-def random_toy(rng: np.random.Generator, vocab: int = 6) -> bx.StepCase:
-    return bx.StepCase.make(p_t=rng.dirichlet(np.ones(vocab)), q1=rng.dirichlet(np.ones(vocab)),
+def random_toy(rng: np.random.Generator, vocab: int = 6) -> StepCase:
+    return StepCase.make(p_t=rng.dirichlet(np.ones(vocab)), q1=rng.dirichlet(np.ones(vocab)),
                             c1=float(rng.uniform(0.3, 1.0)), c2=rng.uniform(0.0, 1.0, vocab),
                             q2=rng.dirichlet(np.ones(vocab), size=vocab), context=float(rng.integers(10, 500)))
 
@@ -101,7 +111,7 @@ def test_lossless_policies_leave_the_target_law_exactly_on_random_toy_drafters(b
         rng = np.random.default_rng(seed)
         cases = [random_toy(rng) for _ in range(4)]
         profile = random_costs(rng, 3 * batch)
-        table = bx.exact_table(cases, [*LOSSLESS_SPECS, "argmax"], profile, batch=batch, warmup=3, seed=seed)
+        table = exact_table(cases, [*LOSSLESS_SPECS, "argmax"], profile, batch=batch, warmup=3, seed=seed)
         for spec, g in table.groupby("policy"):
             worst[str(spec)] = max(worst.get(str(spec), 0.0), float(g["tv"].max()))
     for spec in LOSSLESS_SPECS:
@@ -112,13 +122,13 @@ def test_lossless_policies_leave_the_target_law_exactly_on_random_toy_drafters(b
 def test_summary_and_neighbours() -> None:
     rng = np.random.default_rng(5)
     cases = [random_toy(rng) for _ in range(5)]
-    rows = bx.realised_rows(cases, seed=0)
-    others, contexts, history = bx.neighbours(cases, rows, 3, batch=3, warmup=2)
+    rows = realised_rows(cases, seed=0)
+    others, contexts, history = neighbours(cases, rows, 3, batch=3, warmup=2)
     assert others.tolist() == rows[[4, 0]].tolist()
     assert contexts.tolist() == [cases[3].context, cases[4].context, cases[0].context]
     assert [h.shape for h in history] == [(3, 2), (3, 2)]
-    table = bx.exact_table(cases, ["argmax", "greedy"], random_costs(rng, 9), batch=3)
-    summary = bx.summarise(table).set_index("policy")
+    table = exact_table(cases, ["argmax", "greedy"], random_costs(rng, 9), batch=3)
+    summary = summarise(table).set_index("policy")
     assert summary.loc["greedy", "lossless"] and summary.loc["greedy", "claims_lossless"]
     assert not summary.loc["argmax", "claims_lossless"]
     assert len(summary.loc["argmax", "worst"]) == 3
@@ -134,8 +144,8 @@ def test_a_plugin_policy_is_deep_copied_and_decides_as_the_builtin_one() -> None
     history = [rng.uniform(0.2, 1.0, (4, 2)) for _ in range(3)]
     others = rng.uniform(0.2, 1.0, (3, 2))
     rows = rng.uniform(0.0, 1.0, (40, 2))
-    ours = bx.PathDecider("two-step:delay=1", profile, others, np.zeros(4), history)
-    plugin = bx.PathDecider("tests.test_bias_exact:CopiedTwoStep:delay=1", profile, others, np.zeros(4), history)
+    ours = PathDecider("two-step:delay=1", profile, others, np.zeros(4), history)
+    plugin = PathDecider("tests.test_bias_exact:CopiedTwoStep:delay=1", profile, others, np.zeros(4), history)
     assert type(plugin.policy) is CopiedTwoStep
     assert ours.lengths(rows).tolist() == plugin.lengths(rows).tolist()
     assert ours.lengths(rows).tolist() == ours.lengths(rows).tolist()  # no path sees another's decision
@@ -145,23 +155,23 @@ def test_the_oracle_has_no_exact_law_here() -> None:
     from sparksim.errors import ConfigError
 
     with pytest.raises(ConfigError, match="realised outcome"):
-        bx.PathDecider("oracle", appendix_a_profile())
+        PathDecider("oracle", appendix_a_profile())
 
 
 # --------------------------------------------------------------------------- (c) the paper's App. A
 
 
 def test_appendix_a_argmax_gives_085_instead_of_070() -> None:
-    case = bx.appendix_a_case()
+    case = appendix_a_case()
     assert case.p_t.tolist() == P_TARGET.tolist() and case.q1.tolist() == P_DRAFT.tolist()
     profile = appendix_a_profile()  # the bias lab's own construction
-    argmax = bx.exact_first_token(case, bx.PathDecider("argmax", profile))
+    argmax = exact_first_token(case, PathDecider("argmax", profile))
     assert argmax.dist[0] == pytest.approx(0.85, abs=1e-15)
     assert argmax.tv == pytest.approx(0.15, abs=1e-15)
     assert argmax.lengths.tolist() == [2, 0]  # x_1 = A lifts c_2, and with it its own admission
-    assert bx.exact_first_token(case, bx.PathDecider("two-step:delay=0", profile)).dist[0] == pytest.approx(0.85)
+    assert exact_first_token(case, PathDecider("two-step:delay=0", profile)).dist[0] == pytest.approx(0.85)
     for spec in ("greedy", "static:gamma=2", "two-step", "threshold"):
-        assert bx.exact_first_token(case, bx.PathDecider(spec, profile)).dist[0] == pytest.approx(0.7, abs=1e-15)
+        assert exact_first_token(case, PathDecider(spec, profile)).dist[0] == pytest.approx(0.7, abs=1e-15)
 
 
 def test_the_cli_prints_the_exact_appendix_a_table() -> None:
@@ -195,20 +205,20 @@ def tiny_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Pat
 
 
 @pytest.fixture(scope="module")
-def tiny_cases(tiny_pair: tuple[Path, Path, Path]) -> list[bx.StepCase]:
+def tiny_cases(tiny_pair: tuple[Path, Path, Path]) -> list[StepCase]:
     target_dir, drafter_dir, prompts = tiny_pair
-    return bx.model_cases(target_dir, drafter_dir, prompts, 5, max_new_tokens=12, seed=0, log=lambda _: None)
+    return model_cases(target_dir, drafter_dir, prompts, 5, max_new_tokens=12, seed=0, log=lambda _: None)
 
 
-def test_the_real_model_path_runs_end_to_end(tiny_cases: list[bx.StepCase]) -> None:
+def test_the_real_model_path_runs_end_to_end(tiny_cases: list[StepCase]) -> None:
     assert len(tiny_cases) == 5 and len({c.name for c in tiny_cases}) == 5
     for c in tiny_cases:
         assert c.vocab == 260 and c.p_t.sum() == pytest.approx(1.0, abs=1e-12)
         assert c.q1.sum() == pytest.approx(1.0, abs=1e-12) and 0 < c.c1 < 1 and ((c.c2 > 0) & (c.c2 < 1)).all()
         assert np.ptp(c.c2) > 0  # the Markov embedding of x_1 moves c_2
     profile = load_profile(REPO / "profiles" / "h100-qwen3-8b-analytic")
-    table = bx.exact_table(tiny_cases, [*LOSSLESS_SPECS, "argmax", "two-step:delay=0"], profile, batch=2)
-    summary = bx.summarise(table)
+    table = exact_table(tiny_cases, [*LOSSLESS_SPECS, "argmax", "two-step:delay=0"], profile, batch=2)
+    summary = summarise(table)
     print(summary.drop(columns=["worst", "label"]).to_string())
     assert summary.set_index("policy").loc[LOSSLESS_SPECS, "max_tv"].max() < 1e-12
 
@@ -225,7 +235,7 @@ def test_the_cases_are_what_the_drafter_samples_from(tiny_pair: tuple[Path, Path
     target = load_target(target_dir)
     drafter = load_drafter(drafter_dir, target)
     ctx = [256, 72, 105, 33, 32, 87, 104, 97, 116]
-    case = bx.drafter_cases(target, drafter, [ctx], temperature=1.0, temps=[2.0, 0.5, 1.0, 1.0])[0]
+    case = drafter_cases(target, drafter, [ctx], temperature=1.0, temps=[2.0, 0.5, 1.0, 1.0])[0]
     ids = torch.tensor([ctx])
     with torch.no_grad():
         _, hidden = target.forward_masked(ids, torch.arange(len(ctx))[None], None)
@@ -240,17 +250,17 @@ def test_the_cases_are_what_the_drafter_samples_from(tiny_pair: tuple[Path, Path
 
 
 def test_argmax_bias_shows_on_the_real_model_path_when_costs_put_c2_at_the_boundary(
-        tiny_cases: list[bx.StepCase]) -> None:
+        tiny_cases: list[StepCase]) -> None:
     """With SPS(1) = 1 and SPS(2) = SPS(3) = s, argmax verifies x_1 iff c_1(1 + c_2(x_1)) > 1/s − 1.
     Choosing s at the median c_2 of one context splits its x_1 in two: argmax must be biased there,
     and the lossless policies not."""
     case = max(tiny_cases, key=lambda c: float(np.ptp(c.c2)))
     s = 1.0 / (1.0 + case.c1 * (1.0 + float(np.median(case.c2))))
     profile = cost_profile([1000.0, 1000.0 / s, 1000.0 / s], "boundary")
-    argmax = bx.exact_first_token(case, bx.PathDecider("argmax", profile))
+    argmax = exact_first_token(case, PathDecider("argmax", profile))
     assert argmax.depends_on_x1 and argmax.tv > 1e-6, argmax.tv
     for spec in ("greedy", "static:gamma=2", "two-step:delay=1", "threshold"):
-        res = bx.exact_first_token(case, bx.PathDecider(spec, profile, history=[case.rows()[:1]] * 2))
+        res = exact_first_token(case, PathDecider(spec, profile, history=[case.rows()[:1]] * 2))
         assert res.tv < 1e-12, (spec, res.tv)
 
 

@@ -18,17 +18,15 @@ from typer.testing import CliRunner
 
 from sparksim.cli import app
 from sparksim.errors import ConfigError, FormatError
-from sparksim.studies.calibration import (
-    Calibrator,
+from sparksim.studies.calibration import Calibrator
+from sparksim.studies.measured_runs import (
     EngineSettings,
     MeasuredRun,
     engine_settings,
     load_run,
     parse_vllm_flags,
-    predict,
-    stability_margin,
-    stage_table,
 )
+from sparksim.studies.run_replay import predict, stability_margin, stage_table
 
 REPO = Path(__file__).resolve().parents[1]
 BASE = REPO / "profiles" / "h100-llama-2-7b-analytic"

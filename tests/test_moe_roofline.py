@@ -15,13 +15,12 @@ import numpy as np
 import pytest
 
 from sparksim.cost.models import PRESETS, ModelSpec
+from sparksim.cost.parallelism import Parallelism, collective_ms
 from sparksim.cost.profile import load_profile, write_profile
-from sparksim.cost.roofline import (
-    Parallelism,
-    analytic_profile,
+from sparksim.cost.roofline import analytic_profile
+from sparksim.cost.target_step import (
     attention_compute_coef_ms,
     attention_ms,
-    collective_ms,
     dense_bytes,
     dense_verify_ms,
 )

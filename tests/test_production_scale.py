@@ -1,9 +1,9 @@
 """Production-scale MoE/MLA costs from published kernel figures (issue 24, item 3).
 
 DeepSeek serves V3 with redundant experts (256 + 32 slots), an expert load that is never
-perfectly even, DeepGEMM's grouped GEMMs and FlashMLA's decode attention. Each is one rule in
-`sparksim.cost.roofline`; these tests hold each to its closed form and its published numbers, so a
-profile priced by them says what the sources say.
+perfectly even, DeepGEMM's grouped GEMMs and FlashMLA's decode attention. Each is one rule of
+the roofline (`sparksim.cost.parallelism`, `sparksim.cost.target_step`); these tests hold each to
+its closed form and its published numbers, so a profile priced by them says what the sources say.
 """
 
 from __future__ import annotations
@@ -15,14 +15,12 @@ import pytest
 
 from sparksim.cost.analytic import build_analytic, options_from_command
 from sparksim.cost.models import PRESETS
-from sparksim.cost.roofline import (
-    Parallelism,
+from sparksim.cost.parallelism import Parallelism, collective_ms, routed_compute_ms
+from sparksim.cost.target_step import (
     attention_compute_coef_ms,
     attention_ms,
-    collective_ms,
     dense_bytes,
     dense_verify_ms,
-    routed_compute_ms,
 )
 from sparksim.errors import ConfigError
 from sparksim.hardware import GPUS, grouped_gemm_eff, grouped_gemm_points

@@ -428,7 +428,7 @@ def test_out_of_memory_at_one_size_marks_it_unavailable_and_the_sweep_goes_on(tm
 
 def test_card_states_the_roofline_error_per_decade_of_batch(tmp_path: Path) -> None:
     # Users trust analytic profiles only as far as a measurement backs them; the card says how far.
-    from sparksim.cost.roofline import roofline_verify_ms
+    from sparksim.cost.target_step import roofline_verify_ms
     from sparksim.hardware import HardwareSpec
 
     cfg = SweepConfig(spec=TINY, device="cpu", dtype="bf16", tokens=[1, 5, 12, 150],

@@ -19,6 +19,15 @@ import pytest
 from typer.testing import CliRunner
 
 from sparksim.cli import app
+from sparksim.cost.cuda_graphs import default_capture_sizes, eager_step_ms
+from sparksim.cost.draft_step import (
+    DSPARK_5,
+    EAGLE3,
+    MTP_1,
+    DrafterShape,
+    graph_draft_ms,
+    roofline_draft_ms,
+)
 from sparksim.cost.models import PRESETS
 from sparksim.cost.profile import (
     CARD_REQUIRED,
@@ -27,23 +36,15 @@ from sparksim.cost.profile import (
     load_profile,
     write_profile,
 )
-from sparksim.cost.roofline import (
-    DSPARK_5,
-    EAGLE3,
-    GPUS,
-    MTP_1,
-    DrafterShape,
-    analytic_profile,
+from sparksim.cost.roofline import analytic_profile
+from sparksim.cost.target_step import (
     attention_ms,
-    default_capture_sizes,
     dense_verify_ms,
-    eager_step_ms,
-    graph_draft_ms,
     graph_verify_ms,
     prefill_attention_coef_ms,
-    roofline_draft_ms,
     roofline_verify_ms,
 )
+from sparksim.hardware import GPUS
 
 REPO = Path(__file__).resolve().parents[1]
 QWEN = PRESETS["qwen3-8b"]

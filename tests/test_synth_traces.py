@@ -18,20 +18,16 @@ from sparksim.traces.stats import (
     walk_rows,
     walk_totals,
 )
-from sparksim.traces.synth import (
+from sparksim.traces.synth import SynthSet, synthesize
+from sparksim.traces.synth_card import write_synth
+from sparksim.traces.synth_lengths import (
     LENGTH_STATS,
-    DomainParams,
-    SynthModel,
-    SynthSet,
     clipped_lognormal_mean,
     fit_clipped_lognormal,
     load_length_stats,
-    load_params,
-    preset,
-    synthesize,
-    with_overrides,
-    write_synth,
 )
+from sparksim.traces.synth_params import DomainParams, SynthModel, load_params, with_overrides
+from sparksim.traces.synth_presets import preset
 
 # Table 1 of the DSpark paper, Qwen3-8B, γ = 7, domain means (math / code / chat), bonus included.
 TABLE1_QWEN3_8B = {

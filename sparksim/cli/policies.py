@@ -143,6 +143,8 @@ def _bias_exact(specs: list[str], seed: int, target: Path | None, drafter: Path 
 
     from sparksim.bias import bias_exact as bx
     from sparksim.bias.biaslab import appendix_a_profile
+    from sparksim.bias.model_cases import model_cases
+    from sparksim.bias.path_decider import PathDecider
     from sparksim.cost.profile import load_profile
 
     if (target is None) != (drafter is None):
@@ -151,7 +153,7 @@ def _bias_exact(specs: list[str], seed: int, target: Path | None, drafter: Path 
         check_out(out, kind="file")
     names = list(specs) or list(bx.DEFAULT_SPECS)
     for spec in names:  # a bad name or parameter fails in one line before any work
-        bx.PathDecider(spec, appendix_a_profile())
+        PathDecider(spec, appendix_a_profile())
     if target is None or drafter is None:
         prof = load_profile(profile_dir) if profile_dir is not None else appendix_a_profile()
         cases = [bx.appendix_a_case()]
@@ -169,8 +171,8 @@ def _bias_exact(specs: list[str], seed: int, target: Path | None, drafter: Path 
 
         if threads:
             torch.set_num_threads(threads)
-        cases = bx.model_cases(target, drafter, prompts, n_contexts, temperature=temperature, seed=seed,
-                               max_new_tokens=max_new_tokens, cuts_per_response=cuts, log=lambda msg: err_console.print(msg, highlight=False))
+        cases = model_cases(target, drafter, prompts, n_contexts, temperature=temperature, seed=seed,
+                            max_new_tokens=max_new_tokens, cuts_per_response=cuts, log=lambda msg: err_console.print(msg, highlight=False))
         where = (f"{len(cases)} contexts of {target} + {drafter} (prompts {prompts}, T = {temperature:g}), "
                  f"profile {prof.name}")
     with Progress(TextColumn("[bold]exact bias[/] {task.description}"), BarColumn(), MofNCompleteColumn(),

@@ -9,9 +9,7 @@ import typer
 from sparksim.cli.common import console, friendly_errors
 from sparksim.cost.analytic import build_analytic
 from sparksim.cost.profile import load_profile, write_profile
-from sparksim.cost.roofline import (
-    DTYPE_BYTES,
-)
+from sparksim.cost.target_step import DTYPE_BYTES
 from sparksim.hardware import GPUS
 
 

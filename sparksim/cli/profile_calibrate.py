@@ -13,12 +13,12 @@ from sparksim.cli.common import console, err_console, friendly_errors
 from sparksim.errors import ConfigError
 
 if TYPE_CHECKING:
-    from sparksim.studies.calibration import EngineSettings
+    from sparksim.studies.measured_runs import EngineSettings
 
 
 def _settings_for(runs: list[Path], engine: Path | None, vllm_flags: str) -> list[EngineSettings]:
     """One EngineSettings per run: from --vllm-flags, or --engine YAML (flat, or keyed by run name)."""
-    from sparksim.studies.calibration import engine_settings, parse_vllm_flags
+    from sparksim.studies.measured_runs import engine_settings, parse_vllm_flags
 
     if engine is None and not vllm_flags:
         raise ConfigError("say how the engine ran: --engine settings.yaml or --vllm-flags '...' "
@@ -71,13 +71,8 @@ def calibrate(
     import pandas as pd
 
     from sparksim.cost.profile import load_profile, write_profile
-    from sparksim.studies.calibration import (
-        Calibrator,
-        MeasuredRun,
-        calibrated_card,
-        held_out_errors,
-        load_run,
-    )
+    from sparksim.studies.calibration import Calibrator, calibrated_card, held_out_errors
+    from sparksim.studies.measured_runs import MeasuredRun, load_run
 
     names = [n.strip() for n in fit.split(",") if n.strip()]
     settings = _settings_for(runs, engine, vllm_flags)

@@ -11,16 +11,10 @@ from rich.table import Table
 from sparksim.cli.common import check_out, console, friendly_errors
 from sparksim.traces.format import load_traceset
 from sparksim.traces.stats import DomainStats, domain_stats, prefill_rows
-from sparksim.traces.synth import (
-    CALIBRATION_GAMMA,
-    PRESETS,
-    load_params,
-    preset,
-    synth_command,
-    synthesize,
-    with_overrides,
-    write_synth,
-)
+from sparksim.traces.synth import synthesize
+from sparksim.traces.synth_card import synth_command, write_synth
+from sparksim.traces.synth_params import CALIBRATION_GAMMA, load_params, with_overrides
+from sparksim.traces.synth_presets import PRESETS, preset
 
 app = typer.Typer(help="Generate synthetic trace sets, import per-round logs and summarise trace sets.", no_args_is_help=True)
 

@@ -2,7 +2,8 @@
 
 `profile` (a profile on disk: its SPS(B) table, KV and draft terms, card), `pricing` (the
 one step-pricing rule the engine charges and the policies optimise), `roofline` and
-`analytic` (profiles built from a model's shape and a GPU's specs), `models` (model
+`analytic` (profiles built from a model's shape and a GPU's specs) over the roofline's
+terms: `target_step`, `draft_step`, `parallelism` and `cuda_graphs`; `models` (model
 shapes), `fitted` (published fitted cost models), `engine_tables` (the engines' own
 profiler tables; their files in `engine_table_files`, export and import in
 `engine_table_convert`). Imports nothing above `sparksim.config`.

@@ -14,20 +14,12 @@ from typing import Any
 
 import pandas as pd
 
+from sparksim.cost.cuda_graphs import default_capture_sizes, eager_step_ms, pad_to_capture
+from sparksim.cost.draft_step import drafter_presets
 from sparksim.cost.models import load_model_spec
-from sparksim.cost.roofline import (
-    Parallelism,
-    analytic_profile,
-    collective_ms,
-    default_capture_sizes,
-    dense_bytes,
-    drafter_presets,
-    eager_step_ms,
-    overlapped,
-    pad_to_capture,
-    routed_compute_ms,
-    verify_flops,
-)
+from sparksim.cost.parallelism import Parallelism, collective_ms, overlapped, routed_compute_ms
+from sparksim.cost.roofline import analytic_profile
+from sparksim.cost.target_step import dense_bytes, verify_flops
 from sparksim.errors import ConfigError
 from sparksim.hardware import DTYPE_BYTES, get_gpu
 

@@ -43,7 +43,7 @@ Snapshot = tuple[NDArray[np.int64], NDArray[np.float64]]  # (sorted ids, their c
 class StaleConfidences:
     """The conditional confidences of `lag` steps ago, one row per current request."""
 
-    copied_per_path = True  # the exact bias lab copies it with the policy (`bias_exact.PathDecider`)
+    copied_per_path = True  # the exact bias lab copies it with the policy (`path_decider.PathDecider`)
 
     def __init__(self, lag: int) -> None:
         self.lag = lag

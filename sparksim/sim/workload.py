@@ -17,7 +17,8 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
-from sparksim.config import MAX_RUN_REQUESTS, LengthDist, PrefixConfig, WorkloadConfig
+from sparksim.config import MAX_RUN_REQUESTS
+from sparksim.config_sections import LengthDist, PrefixConfig, WorkloadConfig
 from sparksim.errors import ConfigError, FormatError
 from sparksim.traces.format import TraceSet
 

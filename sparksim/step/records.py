@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
-from sparksim.config import RunConfig
+from sparksim.config_sections import RunConfig
 
 
 class RequestRecord(NamedTuple):
