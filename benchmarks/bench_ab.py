@@ -24,9 +24,13 @@ import json, sys, tempfile
 from pathlib import Path
 sys.path.insert(0, "benchmarks")
 from _inputs import build_inputs
-from sparksim.step import kernels
+try:
+    from sparksim.step import kernels
+    from sparksim.sim.runner import load_scenario, simulate
+except ImportError:  # a tree from before the subpackages (2026-12-01)
+    from sparksim import kernels
+    from sparksim.runner import load_scenario, simulate
 kernels.use(sys.argv[2])
-from sparksim.sim.runner import load_scenario, simulate
 policy, users, duration = sys.argv[1], int(sys.argv[3]), float(sys.argv[4])
 prof, traces = build_inputs(Path(tempfile.mkdtemp()))
 sets = [f"profile={prof}", f"traces={traces}", f"workload.concurrency={users}",
