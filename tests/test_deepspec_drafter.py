@@ -20,7 +20,13 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("safetensors")
 
-from sparksim.drafter import deepspec as ds  # noqa: E402
+from sparksim.drafter.deepspec.checkpoint import load_drafter, save_drafter, tensor_names  # noqa: E402
+from sparksim.drafter.deepspec.cli import main  # noqa: E402
+from sparksim.drafter.deepspec.config import DSPARK_ARCH, EAGLE3_ARCH, DeepSpecConfig  # noqa: E402
+from sparksim.drafter.deepspec.eval_sets import in_calibration_split, load_eval_items, parse_task  # noqa: E402
+from sparksim.drafter.deepspec.hf_target import load_hf_target, verify_logits  # noqa: E402
+from sparksim.drafter.deepspec.models import DeepSpecDrafter, DSparkDrafter, build_drafter  # noqa: E402
+from sparksim.drafter.deepspec.recorder import calibrate, record  # noqa: E402
 from sparksim.errors import ConfigError  # noqa: E402
 from sparksim.traces.format import check_traceset, load_traceset  # noqa: E402
 
@@ -29,9 +35,9 @@ REPO = Path(__file__).resolve().parents[1]
 TARGET = (6, 32, 112)  # the fixtures' target: decoder layers, hidden size, vocabulary
 
 
-def random_drafter(cfg: ds.DeepSpecConfig, seed: int) -> ds.DeepSpecDrafter:
+def random_drafter(cfg: DeepSpecConfig, seed: int) -> DeepSpecDrafter:
     """Return a drafter with random weights large enough that a wrong tensor mapping changes its outputs."""
-    model = ds.build_drafter(cfg)
+    model = build_drafter(cfg)
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in sorted(model.named_parameters()):
@@ -48,13 +54,13 @@ TINY = {"hidden_size": 32, "num_heads": 4, "num_kv_heads": 2, "head_dim": 16, "i
         "vocab_size": 112, "rms_norm_eps": 1e-6, "rope_theta": 1e6, "attention_bias": False,
         "num_target_layers": 6}
 CONFIGS = {
-    "dspark": ds.DeepSpecConfig(architecture=ds.DSPARK_ARCH, kind="dspark", gamma=4, num_layers=2,
+    "dspark": DeepSpecConfig(architecture=DSPARK_ARCH, kind="dspark", gamma=4, num_layers=2,
                                 target_layer_ids=(-1, 2, 4), mask_token_id=111, markov_rank=8,
                                 markov_head_type="vanilla", confidence_head=True, confidence_with_markov=True,
                                 **TINY),
-    "dflash": ds.DeepSpecConfig(architecture=ds.DSPARK_ARCH, kind="dflash", gamma=4, num_layers=2,
+    "dflash": DeepSpecConfig(architecture=DSPARK_ARCH, kind="dflash", gamma=4, num_layers=2,
                                 target_layer_ids=(1, 3), mask_token_id=111, **TINY),
-    "eagle3": ds.DeepSpecConfig(architecture=ds.EAGLE3_ARCH, kind="eagle3", gamma=4, num_layers=1,
+    "eagle3": DeepSpecConfig(architecture=EAGLE3_ARCH, kind="eagle3", gamma=4, num_layers=1,
                                 target_layer_ids=(0, 1, 2, 3, 4), **TINY),
 }
 ANCHORS = [1, 4, 9, 13, 18]  # of a 20-token sequence; Eagle3 needs at least one token before the anchor
@@ -69,7 +75,7 @@ def one_thread() -> object:
     torch.set_num_threads(old)
 
 
-def _inputs(cfg: ds.DeepSpecConfig, seed: int = 7) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _inputs(cfg: DeepSpecConfig, seed: int = 7) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     gen = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, 100, (1, 20), generator=gen)
     feats = torch.randn(1, 20, len(cfg.target_layer_ids) * cfg.hidden_size, generator=gen)
@@ -82,8 +88,8 @@ def make_fixtures(out: Path = FIXTURES) -> None:
 
     for seed, (name, cfg) in enumerate(CONFIGS.items()):
         model = random_drafter(cfg, seed=100 + seed)
-        ds.save_drafter(model, out / name)
-        model = ds.load_drafter(out / name, target=TARGET)
+        save_drafter(model, out / name)
+        model = load_drafter(out / name, target=TARGET)
         ids, feats, anchors = _inputs(cfg)
         prop = model.propose(feats, ids, anchors, 0.0, None)
         save_file({"ids": ids, "feats": feats, "anchors": anchors, "tokens": prop.tokens,
@@ -110,7 +116,7 @@ def _copy(name: str, tmp: Path) -> Path:
 def test_fixture_checkpoints_reproduce_their_recorded_drafts(name: str) -> None:
     """The γ draft logits, tokens and confidences of each architecture are pinned (checked against DeepSpec once)."""
     ref = _reference(name)
-    model = ds.load_drafter(FIXTURES / name, target=TARGET)
+    model = load_drafter(FIXTURES / name, target=TARGET)
     prop = model.propose(ref["feats"], ref["ids"], ref["anchors"], 0.0, None)
     assert torch.equal(prop.tokens, ref["tokens"])
     assert (prop.logits - ref["logits"]).abs().max() < 1e-4
@@ -144,7 +150,7 @@ def test_fixture_layout_is_the_one_deepspec_saves() -> None:
 def test_a_block_never_reads_the_target_at_or_after_its_anchor() -> None:
     """Drafts at anchor a may use target states < a and tokens ≤ a only; anything later is the future."""
     for name, cfg in CONFIGS.items():
-        model = ds.load_drafter(FIXTURES / name)
+        model = load_drafter(FIXTURES / name)
         ids, feats, _ = _inputs(cfg)
         a = 9
         base = model.propose(feats, ids, torch.tensor([[a]]), 0.0, None)
@@ -162,7 +168,7 @@ def test_a_block_never_reads_the_target_at_or_after_its_anchor() -> None:
 def test_drafting_anchors_together_equals_drafting_them_one_by_one() -> None:
     """The recorder batches anchors (block mask, Eagle3 chains); each block must come out as if alone."""
     for name, cfg in CONFIGS.items():
-        model = ds.load_drafter(FIXTURES / name)
+        model = load_drafter(FIXTURES / name)
         ids, feats, anchors = _inputs(cfg)
         together = model.propose(feats, ids, anchors, 0.0, None)
         for i, a in enumerate(ANCHORS):
@@ -174,8 +180,8 @@ def test_drafting_anchors_together_equals_drafting_them_one_by_one() -> None:
 
 def test_markov_head_adds_the_bigram_bias_of_the_sampled_previous_token() -> None:
     """At T=1 each position's logits are U_k + W2·W1[x_{k−1}] with x_{k−1} the token just sampled."""
-    model = ds.load_drafter(FIXTURES / "dspark")
-    assert isinstance(model, ds.DSparkDrafter) and model.markov is not None
+    model = load_drafter(FIXTURES / "dspark")
+    assert isinstance(model, DSparkDrafter) and model.markov is not None
     ids, feats, anchors = _inputs(model.cfg)
     prop = model.propose(feats, ids, anchors, 1.0, torch.Generator().manual_seed(0))
     base, _ = model.backbone(model.context(feats[:, :18]), ids, anchors)
@@ -191,19 +197,19 @@ def test_other_markov_heads_round_trip_through_the_deepspec_layout(kind: str, tm
     """Gated and RNN heads (DeepSpec's options) save and load under their own tensor names."""
     cfg = dataclasses.replace(CONFIGS["dspark"], markov_head_type=kind)
     model = random_drafter(cfg, seed=3)
-    ds.save_drafter(model, tmp_path / kind)
-    again = ds.load_drafter(tmp_path / kind, target=TARGET)
+    save_drafter(model, tmp_path / kind)
+    again = load_drafter(tmp_path / kind, target=TARGET)
     ids, feats, anchors = _inputs(cfg)
     a, b = model.propose(feats, ids, anchors, 0.0, None), again.propose(feats, ids, anchors, 0.0, None)
     assert torch.equal(a.logits, b.logits)
     extra = "markov_head.gate_proj.weight" if kind == "gated" else "markov_head.joint_proj.weight"
-    assert extra in model.deepspec_names()
+    assert extra in tensor_names(model)
 
 
 def test_dtype_is_a_parameter_and_bf16_stays_close_to_fp32() -> None:
     """The recorder runs bf16 on GPUs; nothing in the drafter may assume fp32 or the CPU."""
     ref = _reference("dspark")
-    model = ds.load_drafter(FIXTURES / "dspark", dtype=torch.bfloat16)
+    model = load_drafter(FIXTURES / "dspark", dtype=torch.bfloat16)
     assert model.param_dtype() == torch.bfloat16
     prop = model.propose(ref["feats"].bfloat16(), ref["ids"], ref["anchors"], 0.0, None)
     assert prop.logits.dtype == torch.float32
@@ -227,7 +233,7 @@ def test_unknown_architectures_are_refused_by_name(arch: str, match: str, tmp_pa
     path = _copy("dspark", tmp_path)
     _edit_config(path, architectures=[arch])
     with pytest.raises(ConfigError, match=match):
-        ds.load_drafter(path)
+        load_drafter(path)
 
 
 def test_missing_unexpected_and_misshapen_tensors_are_refused(tmp_path: Path) -> None:
@@ -238,17 +244,17 @@ def test_missing_unexpected_and_misshapen_tensors_are_refused(tmp_path: Path) ->
     state = load_file(str(path / "model.safetensors"))
     save_file({k: v for k, v in state.items() if k != "markov_head.markov_w2.weight"}, str(path / "model.safetensors"))
     with pytest.raises(ConfigError, match=r"missing tensors markov_head\.markov_w2\.weight"):
-        ds.load_drafter(path)
+        load_drafter(path)
     save_file({**state, "extra.weight": torch.zeros(2)}, str(path / "model.safetensors"))
     with pytest.raises(ConfigError, match=r"unexpected tensors extra\.weight"):
-        ds.load_drafter(path)
+        load_drafter(path)
     save_file(state, str(path / "model.safetensors"))
     _edit_config(path, markov_rank=16)
     with pytest.raises(ConfigError, match=r"markov_head\.markov_w1\.weight"):
-        ds.load_drafter(path)
+        load_drafter(path)
     _edit_config(path, markov_rank=8, block_size=None)
     with pytest.raises(ConfigError, match="missing key 'block_size'"):
-        ds.load_drafter(path)
+        load_drafter(path)
 
 
 @pytest.mark.parametrize(("shape", "match"), [((6, 64, 112), "hidden_size=32 but the target's is 64"),
@@ -257,7 +263,7 @@ def test_missing_unexpected_and_misshapen_tensors_are_refused(tmp_path: Path) ->
 def test_a_target_of_another_shape_is_refused(shape: tuple[int, int, int], match: str) -> None:
     """Hidden states of a different target (width, depth, vocabulary) would be silently wrong features."""
     with pytest.raises(ConfigError, match=match):
-        ds.load_drafter(FIXTURES / "dspark", target=shape)
+        load_drafter(FIXTURES / "dspark", target=shape)
 
 
 def test_injecting_the_final_post_norm_layer_is_refused(tmp_path: Path) -> None:
@@ -265,7 +271,7 @@ def test_injecting_the_final_post_norm_layer_is_refused(tmp_path: Path) -> None:
     path = _copy("dflash", tmp_path)
     _edit_config(path, target_layer_ids=[1, 5])
     with pytest.raises(ConfigError, match="target_layer_ids"):
-        ds.load_drafter(path, target=TARGET)
+        load_drafter(path, target=TARGET)
 
 
 # --------------------------------------------------------------------------- HF target and the recorder
@@ -302,11 +308,11 @@ def hf_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_verification_over_many_blocks_equals_each_prefix_run_alone(hf_dir: Path) -> None:
     """One masked target pass must give, for every draft, the logits of context + earlier drafts."""
-    target = ds.load_hf_target(hf_dir, device="cpu", dtype=torch.float32)
+    target = load_hf_target(hf_dir, device="cpu", dtype=torch.float32)
     ids = torch.randint(0, 100, (1, 14), generator=torch.Generator().manual_seed(1))
     seq_logits = target.model(input_ids=ids).logits
     anchors, tokens = torch.tensor([[3, 8, 12]]), torch.randint(0, 100, (1, 3, 4))
-    got = ds.verify_logits(target.model, ids, seq_logits, anchors, tokens)  # (1, 3, 4, V)
+    got = verify_logits(target.model, ids, seq_logits, anchors, tokens)  # (1, 3, 4, V)
     for i, a in enumerate(anchors[0].tolist()):
         for k in range(4):
             seq = torch.cat([ids[0, : a + 1], tokens[0, i, :k]])[None]
@@ -325,11 +331,11 @@ def test_record_entry_point_writes_valid_trace_sets_for_every_drafter_and_temper
         hf_dir: Path, tmp_path: Path) -> None:
     """`python -m sparksim.drafter.deepspec record` end to end on tiny random models, as the Qwen3-8B script runs it."""
     eval_dir, out = _eval_dir(tmp_path / "eval"), tmp_path / "out"
-    items = ds.load_eval_items(eval_dir, [ds.parse_task("gsm8k"), ds.parse_task("mt-bench")])
-    n_cal = sum(ds.in_calibration_split(it, 0.3) for it in items)
+    items = load_eval_items(eval_dir, [parse_task("gsm8k"), parse_task("mt-bench")])
+    n_cal = sum(in_calibration_split(it, 0.3) for it in items)
     assert 0 < n_cal < len(items)
     logs: list[str] = []
-    status = ds.main(["record", "--target", str(hf_dir), "--eval-dir", str(eval_dir), "--out-dir", str(out),
+    status = main(["record", "--target", str(hf_dir), "--eval-dir", str(eval_dir), "--out-dir", str(out),
                       *[a for n in CONFIGS for a in ("--drafter", f"{n}={FIXTURES / n}")],
                       "--tasks", "gsm8k", "mt-bench", "--gamma", "4", "--temperature", "0", "--temperature", "1",
                       "--max-new-tokens", "6", "--calibration-fraction", "0.3", "--device", "cpu",
@@ -360,9 +366,9 @@ def test_single_set_record_applies_the_calibration_that_calibrate_fitted(hf_dir:
         {"turns": ["Add 2 and 2."], "dataset": "gsm8k"}, {"prompt": "User: hi\nAssistant: ", "domain": "chat"},
         {"turns": ["Write a loop."], "domain": "code"}]) + "\n")
     drafter = _copy("dspark", tmp_path)
-    cal = ds.calibrate(hf_dir, drafter, prompts, max_new_tokens=5, log=lambda _: None)
+    cal = calibrate(hf_dir, drafter, prompts, max_new_tokens=5, log=lambda _: None)
     assert (drafter / "calibration.json").is_file() and len(cal["temperatures"]) == 4
-    out = ds.record(hf_dir, drafter, prompts, tmp_path / "set", gamma=4, max_new_tokens=5, command="test",
+    out = record(hf_dir, drafter, prompts, tmp_path / "set", gamma=4, max_new_tokens=5, command="test",
                     log=lambda _: None)
     ts = load_traceset(out)
     assert ts.card["calibration"]["temperatures"] == cal["temperatures"] and ts.domains == ["chat", "code", "math"]
@@ -371,7 +377,7 @@ def test_single_set_record_applies_the_calibration_that_calibrate_fitted(hf_dir:
     want = 1 / (1 + np.exp(-np.log(ts.conf_raw / (1 - ts.conf_raw)) / temps))
     assert np.allclose(ts.conf, want, atol=1e-4)
     with pytest.raises(ConfigError, match="γ=4 but --gamma 7"):
-        ds.record(hf_dir, drafter, prompts, tmp_path / "other", gamma=7, log=lambda _: None)
+        record(hf_dir, drafter, prompts, tmp_path / "other", gamma=7, log=lambda _: None)
 
 
 def test_check_entry_point_refuses_a_drafter_for_another_target(hf_dir: Path, tmp_path: Path,
@@ -379,9 +385,9 @@ def test_check_entry_point_refuses_a_drafter_for_another_target(hf_dir: Path, tm
     """The script runs `check` first, so a wrong pairing fails in seconds, not after loading 16 GB."""
     path = _copy("dspark", tmp_path)
     _edit_config(path, num_target_layers=36)
-    assert ds.main(["check", "--target", str(hf_dir), "--drafter", f"dspark={path}"], log=lambda _: None) == 2
+    assert main(["check", "--target", str(hf_dir), "--drafter", f"dspark={path}"], log=lambda _: None) == 2
     assert "36-layer target" in capsys.readouterr().err
-    assert ds.main(["check", "--target", str(hf_dir), "--drafter", f"dflash={FIXTURES / 'dflash'}"],
+    assert main(["check", "--target", str(hf_dir), "--drafter", f"dflash={FIXTURES / 'dflash'}"],
                    log=lambda _: None) == 0
 
 

@@ -22,7 +22,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("cost", "step", "traces"),
     ("policies",),
     ("sim",),
-    ("studies", "bias", "plotting", "report", "live", "profiling", "drafter"),
+    # decoder (torch) sits with its users, the torch side, so nothing below them can import it
+    ("studies", "bias", "plotting", "report", "live", "profiling", "drafter", "decoder"),
     ("cli",),
 )
 RANK = {name: i for i, names in enumerate(LAYERS) for name in names}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -31,3 +32,64 @@ def test_the_shipped_target_and_drafters_load_together() -> None:
         assert models.gamma == 7 and models.drafter is not None
         assert models.temps.shape == (7,) and models.info["calibration"] == "sts"
         assert models.drafter.cfg.kind == kind
+
+
+REFERENCE = ROOT / "tests" / "data" / "shipped-logits.safetensors"
+WEIGHTS = ("target/model.safetensors", "dspark/drafter.safetensors", "dflash/drafter.safetensors")
+PROMPT = b"User: What is 16 * 57?\nAssistant: Split 57 into 50 + 7."  # 55 bytes
+ANCHORS = [[20, 37, 50]]
+
+
+def shipped_outputs() -> dict[str, Any]:
+    """The target's logits on PROMPT and each drafter's γ-block logits and confidences at ANCHORS."""
+    import torch
+
+    from sparksim.drafter.model import draft
+    from sparksim.drafter.target import load_target
+    from sparksim.drafter.train import load_drafter
+
+    torch.set_num_threads(1)
+    target = load_target(MODELS / "target")
+    ids, anchors = torch.tensor([list(PROMPT)]), torch.tensor(ANCHORS)
+    out = {}
+    with torch.no_grad():
+        logits, hidden, _ = target.model(ids)
+        out["target"] = logits
+        for kind in ("dspark", "dflash"):
+            drafter = load_drafter(MODELS / kind, target)
+            block = drafter.backbone(drafter.context(drafter.target_features(hidden)), ids, anchors)
+            d = draft(drafter, block, ids.gather(1, anchors), 0.0, None)
+            out[f"{kind}_logits"], out[f"{kind}_conf"] = block.logits, d.conf_logits
+    return out
+
+
+def test_the_shipped_models_give_the_logits_they_gave_when_shipped() -> None:
+    # Refactoring the decoder must not move the trained models: the reference was written by
+    # the code the models were shipped with (`python -m tests.test_models_shipped` rewrites it
+    # after a retrain). It is bit-identical on the machine that wrote it; the tolerance leaves
+    # room for another CPU's kernels, far below what a wrong rotation, norm or split changes.
+    pytest.importorskip("torch")
+    import torch
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    with safe_open(str(REFERENCE), "pt") as f:
+        written_for = f.metadata()
+    sums = yaml.safe_load((MODELS / "card.yaml").read_text())["sha256"]
+    if any(written_for.get(w) != sums[w] for w in WEIGHTS):
+        pytest.fail(f"models/ was retrained after {REFERENCE.name} was written: run python -m tests.test_models_shipped")
+    ref = load_file(str(REFERENCE))
+    got = shipped_outputs()
+    assert set(got) == set(ref)
+    for name, want in ref.items():
+        assert got[name].shape == want.shape, name
+        torch.testing.assert_close(got[name], want, rtol=0, atol=2e-5, msg=name)
+
+
+if __name__ == "__main__":
+    from safetensors.torch import save_file
+
+    card_sums = yaml.safe_load((MODELS / "card.yaml").read_text())["sha256"]
+    save_file({k: v.contiguous() for k, v in shipped_outputs().items()}, str(REFERENCE),
+              metadata={w: card_sums[w] for w in WEIGHTS})
+    print(f"wrote {REFERENCE}")

@@ -17,8 +17,8 @@ from sparksim.cost.profile import check_profile, load_profile
 
 torch = pytest.importorskip("torch")
 
+from sparksim.cost.roofline import DrafterShape  # noqa: E402
 from sparksim.profiling.card import write_measured_profile  # noqa: E402
-from sparksim.profiling.draft_model import DrafterShape  # noqa: E402
 from sparksim.profiling.model import KVCache, StepLayout, build_model  # noqa: E402
 from sparksim.profiling.peaks import MeasuredPeaks  # noqa: E402
 from sparksim.profiling.sweep import (  # noqa: E402
@@ -333,7 +333,8 @@ def test_flattened_variable_length_step_matches_running_each_request_alone() -> 
 def test_attention_equals_a_per_head_reference_with_shared_kv_heads() -> None:
     # GQA is folded into the query length for speed; it must still be GQA: query head h
     # reads KV head h // (heads / kv_heads), causally, over the context plus its own tokens.
-    from sparksim.profiling.model import apply_rope
+    from sparksim.decoder import apply_rope
+    from sparksim.profiling.model import step_attention
 
     dtype, dev = torch.float32, torch.device("cpu")
     attn = build_model(TINY, dev, dtype, seed=5).layers[0].attn
@@ -344,8 +345,8 @@ def test_attention_equals_a_per_head_reference_with_shared_kv_heads() -> None:
     k_cache = torch.randn(1, kvH, context + n, D)
     v_cache = torch.randn(1, kvH, context + n, D)
     with torch.inference_mode():
-        got = attn(x, layout, k_cache, v_cache)  # writes the new K/V into the caches
-        q = apply_rope(attn.q_proj(x).view(n, H, D), layout.cos, layout.sin)
+        got = step_attention(attn, x, layout, k_cache, v_cache)  # writes the new K/V into the caches
+        q = apply_rope(attn.q(x).view(n, H, D), layout.cos[:, None], layout.sin[:, None], interleaved=False)
         heads = []
         for h in range(H):
             kv = h // (H // kvH)
@@ -353,7 +354,7 @@ def test_attention_equals_a_per_head_reference_with_shared_kv_heads() -> None:
             allowed = torch.arange(context + n)[None, :] <= context + torch.arange(n)[:, None]
             probs = scores.masked_fill(~allowed, float("-inf")).softmax(-1)
             heads.append(probs @ v_cache[0, kv])  # (n, D)
-        want = attn.o_proj(torch.cat(heads, -1))
+        want = attn.out(torch.cat(heads, -1))
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 

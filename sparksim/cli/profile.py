@@ -200,8 +200,8 @@ def _measure(
     if peaks:
         # Imported now so a long sweep cannot fail at its very end on a missing module.
         pass
+    from sparksim.cost.roofline import DrafterShape
     from sparksim.profiling.card import write_measured_profile
-    from sparksim.profiling.draft_model import DrafterShape
     from sparksim.profiling.fit import ATTENTION_FITS, check_contexts, prefill_lengths
     from sparksim.profiling.graphs import default_capture_sizes
     from sparksim.profiling.peaks import measure_peaks

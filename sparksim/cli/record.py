@@ -153,7 +153,7 @@ def calibrate(
 
         torch.set_num_threads(threads)
     if drafter_format == "deepspec":
-        from sparksim.drafter.deepspec import calibrate as run_deepspec
+        from sparksim.drafter.deepspec.recorder import calibrate as run_deepspec
 
         res = run_deepspec(target, drafter, prompts, temperature=temperature, max_new_tokens=max_new_tokens,
                            seed=seed, device=device, dtype=dtype, log=console.print)
@@ -198,7 +198,7 @@ def record(
         torch.set_num_threads(threads)
     extra = {"note": note} if note else None
     if drafter_format == "deepspec":
-        from sparksim.drafter.deepspec import record as run_deepspec
+        from sparksim.drafter.deepspec.recorder import record as run_deepspec
 
         path = run_deepspec(target, drafter, prompts, out, gamma=gamma, temperature=temperature,
                             max_new_tokens=max_new_tokens, seed=seed, device=device, dtype=dtype,

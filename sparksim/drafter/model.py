@@ -19,53 +19,20 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from sparksim.decoder import Block, BlockConfig, RMSNorm, rope_angles
 from sparksim.drafter.config import DrafterConfig
-from sparksim.drafter.target import RMSNorm, SwiGLU, apply_rope, rope_tables, sample_logits
+from sparksim.drafter.target import sample_logits
 
 # --------------------------------------------------------------------------- blocks
 
-
-class InjectedAttention(nn.Module):
-    """Attention whose keys/values are [W_K H_ctx ; W_K H_block] with shared projections and k-norm."""
-
-    def __init__(self, cfg: DrafterConfig) -> None:
-        super().__init__()
-        self.n_heads, self.head_dim = cfg.n_heads, cfg.d_model // cfg.n_heads
-        self.q = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
-        self.kv = nn.Linear(cfg.d_model, 2 * cfg.d_model, bias=False)
-        self.out = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
-        self.q_norm, self.k_norm = RMSNorm(self.head_dim), RMSNorm(self.head_dim)
-
-    def _heads(self, x: Tensor) -> Tensor:
-        B, T, _ = x.shape
-        return x.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, Dh)
-
-    def forward(self, x: Tensor, ctx: Tensor, q_pos: Tensor, ctx_pos: Tensor,
-                mask: Tensor, rope: tuple[Tensor, Tensor]) -> Tensor:
-        # x (B, Q, d) block tokens; ctx (B, S, d) projected target states; mask (B, 1, Q, S+Q)
-        q = apply_rope(self.q_norm(self._heads(self.q(x))), *rope, q_pos)  # (B, H, Q, Dh)
-        k_c, v_c = self.kv(ctx).chunk(2, dim=-1)  # 2 × (B, S, d)
-        k_b, v_b = self.kv(x).chunk(2, dim=-1)  # 2 × (B, Q, d)
-        k = torch.cat([apply_rope(self.k_norm(self._heads(k_c)), *rope, ctx_pos),
-                       apply_rope(self.k_norm(self._heads(k_b)), *rope, q_pos)], dim=2)  # (B, H, S+Q, Dh)
-        v = torch.cat([self._heads(v_c), self._heads(v_b)], dim=2)  # (B, H, S+Q, Dh)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, H, Q, Dh)
-        return self.out(y.transpose(1, 2).reshape(x.shape))  # (B, Q, d)
+ROPE_THETA = 10000.0  # the drafters were trained with this base, whatever the target's
 
 
-class DrafterLayer(nn.Module):
-    """Pre-norm layer over the block with injected context keys/values."""
-
-    def __init__(self, cfg: DrafterConfig) -> None:
-        super().__init__()
-        self.attn_norm, self.mlp_norm = RMSNorm(cfg.d_model), RMSNorm(cfg.d_model)
-        self.attn = InjectedAttention(cfg)
-        self.mlp = SwiGLU(cfg.d_model, cfg.d_ff)
-
-    def forward(self, x: Tensor, ctx: Tensor, q_pos: Tensor, ctx_pos: Tensor,
-                mask: Tensor, rope: tuple[Tensor, Tensor]) -> Tensor:
-        x = x + self.attn(self.attn_norm(x), ctx, q_pos, ctx_pos, mask, rope)
-        return x + self.mlp(self.mlp_norm(x))
+def block_config(cfg: DrafterConfig) -> BlockConfig:
+    """Return a drafter layer: multi-head, q and a fused kv matrix, RoPE pairs interleaved (as trained)."""
+    return BlockConfig(d_model=cfg.d_model, n_heads=cfg.n_heads, n_kv_heads=cfg.n_heads,
+                       head_dim=cfg.d_model // cfg.n_heads, d_ff=cfg.d_ff, rope_theta=ROPE_THETA,
+                       proj="q,kv", rope_interleaved=True)
 
 
 # --------------------------------------------------------------------------- heads
@@ -123,6 +90,9 @@ def block_mask(anchors: Tensor, seq_len: int, gamma: int) -> Tensor:
 class Drafter(nn.Module):
     """DSpark drafter; the target's embedding and LM head are shared and frozen (not saved)."""
 
+    rope_cos: Tensor  # (max_seq_len + γ, Dh/2) buffers, not saved
+    rope_sin: Tensor
+
     def __init__(self, cfg: DrafterConfig, embed: nn.Embedding, lm_head: nn.Linear,
                  max_seq_len: int = 2048) -> None:
         super().__init__()
@@ -130,7 +100,10 @@ class Drafter(nn.Module):
         m = len(cfg.target_layer_ids)
         self.fc = nn.Linear(m * cfg.d_model, cfg.d_model, bias=False)  # W_c: m·d → d
         self.hidden_norm = RMSNorm(cfg.d_model)
-        self.layers = nn.ModuleList(DrafterLayer(cfg) for _ in range(cfg.n_layers))
+        # Every layer's keys/values are [W_K H_ctx ; W_K H_block]: the context is injected as a
+        # prefix through the layer's own k/v projections and k-norm (`Attention.context_kv`).
+        self.layers: list[Block] = nn.ModuleList(  # type: ignore[assignment]
+            Block(block_config(cfg)) for _ in range(cfg.n_layers))
         self.norm = RMSNorm(cfg.d_model)
         self.markov = MarkovHead(cfg.vocab_size, cfg.markov_rank) if cfg.markov_rank > 0 else None
         self.conf = ConfidenceHead(cfg.d_model, cfg.markov_rank) if cfg.confidence_head else None
@@ -140,7 +113,7 @@ class Drafter(nn.Module):
                     nn.init.normal_(p, std=0.02)
         # Shared and frozen: kept out of parameters() so optimisers and checkpoints skip them.
         self._shared = (embed.requires_grad_(False), lm_head.requires_grad_(False))
-        cos, sin = rope_tables(max_seq_len + cfg.gamma, cfg.d_model // cfg.n_heads, 10000.0)
+        cos, sin = rope_angles(torch.arange(max_seq_len + cfg.gamma), cfg.d_model // cfg.n_heads, ROPE_THETA)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
 
@@ -163,9 +136,11 @@ class Drafter(nn.Module):
         q_pos = (anchors[..., None] + torch.arange(g, device=ids.device)).reshape(B, A * g)  # (B, A·γ)
         ctx_pos = torch.arange(S, device=ids.device).expand(B, S)  # (B, S)
         mask = block_mask(anchors, S, g)  # (B, 1, A·γ, S + A·γ)
-        rope = (self.rope_cos, self.rope_sin)
+        q_cos, q_sin = self.rope_cos[q_pos], self.rope_sin[q_pos]  # (B, A·γ, Dh/2)
+        ctx_cos, ctx_sin = self.rope_cos[ctx_pos], self.rope_sin[ctx_pos]  # (B, S, Dh/2)
         for layer in self.layers:
-            x = layer(x, ctx, q_pos, ctx_pos, mask, rope)
+            injected = layer.attn.context_kv(ctx, ctx_cos, ctx_sin)  # 2 × (B, H, S, Dh)
+            x, _ = layer(x, q_cos, q_sin, mask, injected)
         h = self.norm(x).reshape(B, A, g, -1)  # (B, A, γ, d)
         return BlockOutput(lm_head(h), h)  # logits (B, A, γ, V)
 

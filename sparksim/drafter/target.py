@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
+from sparksim.decoder import Block, BlockConfig, RMSNorm, rope_angles
 from sparksim.drafter.config import TargetConfig, config_from_dict, load_json
 from sparksim.drafter.tokenizer import get_tokenizer
 from sparksim.errors import ConfigError
@@ -30,103 +30,32 @@ from sparksim.errors import ConfigError
 KVCache = list[tuple[Tensor, Tensor]]
 
 
-# --------------------------------------------------------------------------- shared blocks
-
-class RMSNorm(nn.Module):
-    """Root-mean-square norm with a learned gain."""
-
-    def __init__(self, dim: int, eps: float = 1e-6) -> None:
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
-
-    def forward(self, x: Tensor) -> Tensor:
-        xf = x.float()
-        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).type_as(x) * self.weight
-
-
-def rope_tables(max_len: int, head_dim: int, theta: float) -> tuple[Tensor, Tensor]:
-    """Return RoPE cos/sin tables, each (max_len, head_dim/2)."""
-    inv = 1.0 / theta ** (torch.arange(0, head_dim, 2).float() / head_dim)
-    ang = torch.outer(torch.arange(max_len).float(), inv)
-    return ang.cos(), ang.sin()
-
-
-def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, positions: Tensor) -> Tensor:
-    """Rotate x (B, H, T, Dh) by the angles of `positions` (B, T)."""
-    c = cos[positions].unsqueeze(1).to(x.dtype)  # (B, 1, T, Dh/2)
-    s = sin[positions].unsqueeze(1).to(x.dtype)
-    x1, x2 = x[..., 0::2], x[..., 1::2]
-    return torch.stack((x1 * c - x2 * s, x1 * s + x2 * c), dim=-1).flatten(-2)
-
-
-class SwiGLU(nn.Module):
-    """Gated feed-forward: down(silu(gate(x)) * up(x))."""
-
-    def __init__(self, d_model: int, d_ff: int) -> None:
-        super().__init__()
-        self.gate = nn.Linear(d_model, d_ff, bias=False)
-        self.up = nn.Linear(d_model, d_ff, bias=False)
-        self.down = nn.Linear(d_ff, d_model, bias=False)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.down(F.silu(self.gate(x)) * self.up(x))
-
-
 # --------------------------------------------------------------------------- built-in target
 
-class CausalSelfAttention(nn.Module):
-    """Multi-head attention with per-head q/k RMSNorm (as Qwen3) and RoPE."""
 
-    def __init__(self, cfg: TargetConfig) -> None:
-        super().__init__()
-        self.n_heads, self.head_dim = cfg.n_heads, cfg.d_model // cfg.n_heads
-        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
-        self.out = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
-        self.q_norm, self.k_norm = RMSNorm(self.head_dim), RMSNorm(self.head_dim)
-
-    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor], positions: Tensor,
-                mask: Tensor | None, past: tuple[Tensor, Tensor] | None) -> tuple[Tensor, tuple[Tensor, Tensor]]:
-        B, T, _ = x.shape
-        q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, self.head_dim).unbind(2)  # 3 × (B, T, H, Dh)
-        q = apply_rope(self.q_norm(q).transpose(1, 2), *rope, positions)  # (B, H, T, Dh)
-        k = apply_rope(self.k_norm(k).transpose(1, 2), *rope, positions)
-        v = v.transpose(1, 2)
-        if past is not None:
-            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)  # (B, H, S, Dh)
-        causal = mask is None and past is None and T > 1
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)  # (B, H, T, Dh)
-        return self.out(y.transpose(1, 2).reshape(B, T, -1)), (k, v)
-
-
-class DecoderLayer(nn.Module):
-    """Pre-norm decoder layer: x + attn(norm(x)), then x + mlp(norm(x))."""
-
-    def __init__(self, cfg: TargetConfig) -> None:
-        super().__init__()
-        self.attn_norm, self.mlp_norm = RMSNorm(cfg.d_model), RMSNorm(cfg.d_model)
-        self.attn = CausalSelfAttention(cfg)
-        self.mlp = SwiGLU(cfg.d_model, cfg.d_ff)
-
-    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor], positions: Tensor, mask: Tensor | None,
-                past: tuple[Tensor, Tensor] | None) -> tuple[Tensor, tuple[Tensor, Tensor]]:
-        a, kv = self.attn(self.attn_norm(x), rope, positions, mask, past)
-        x = x + a
-        return x + self.mlp(self.mlp_norm(x)), kv
+def block_config(cfg: TargetConfig) -> BlockConfig:
+    """Return the decoder layer of a built-in target: multi-head, one fused qkv matrix, RoPE pairs interleaved."""
+    return BlockConfig(d_model=cfg.d_model, n_heads=cfg.n_heads, n_kv_heads=cfg.n_heads,
+                       head_dim=cfg.d_model // cfg.n_heads, d_ff=cfg.d_ff, rope_theta=cfg.rope_theta,
+                       proj="qkv", rope_interleaved=True)
 
 
 class TinyLM(nn.Module):
     """A small causal LM (tied embedding and LM head) that returns every layer's hidden state."""
 
+    rope_cos: Tensor  # (max_seq_len, Dh/2) buffers, not saved
+    rope_sin: Tensor
+
     def __init__(self, cfg: TargetConfig) -> None:
         super().__init__()
         self.cfg = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_layers))
+        self.layers: list[Block] = nn.ModuleList(  # type: ignore[assignment]
+            Block(block_config(cfg)) for _ in range(cfg.n_layers))
         self.norm = RMSNorm(cfg.d_model)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.lm_head.weight = self.embed.weight
-        cos, sin = rope_tables(cfg.max_seq_len, cfg.d_model // cfg.n_heads, cfg.rope_theta)
+        cos, sin = rope_angles(torch.arange(cfg.max_seq_len), cfg.d_model // cfg.n_heads, cfg.rope_theta)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
         self.apply(self._init)
@@ -149,11 +78,11 @@ class TinyLM(nn.Module):
             positions = torch.arange(start, start + T, device=ids.device).expand(B, T)
         if int(positions.max()) >= self.cfg.max_seq_len:
             raise ConfigError(f"target: position {int(positions.max())} exceeds max_seq_len={self.cfg.max_seq_len}")
-        rope = (self.rope_cos, self.rope_sin)
+        cos, sin = self.rope_cos[positions], self.rope_sin[positions]  # (B, T, Dh/2)
         x = self.embed(ids)  # (B, T, d)
         hidden, present = [x], []
         for i, layer in enumerate(self.layers):
-            x, kv = layer(x, rope, positions, mask, past[i] if past else None)
+            x, kv = layer(x, cos, sin, mask, past[i] if past else None)
             hidden.append(x)
             present.append(kv)
         x = self.norm(x)

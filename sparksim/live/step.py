@@ -15,14 +15,13 @@ whole sequence (tests/test_live.py checks both).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from sparksim.drafter.model import BlockOutput, Drafter, DrafterLayer
-from sparksim.drafter.target import DecoderLayer, TinyLM, apply_rope
+from sparksim.drafter.model import BlockOutput, Drafter
+from sparksim.drafter.target import TinyLM
 
 
 @dataclass
@@ -86,19 +85,15 @@ def target_step(model: TinyLM, kv: TargetKV, lo: int, ids: Tensor, rg: Ragged) -
     entry i decoder layer i−1's output, the last after the final norm), each (T, d).
     """
     m = rg.counts.shape[0]
-    hd = model.cfg.d_model // model.cfg.n_heads
-    heads = model.cfg.n_heads
-    pos2 = rg.pos[None]  # (1, T): apply_rope's (B, T) positions
+    heads, hd = model.cfg.n_heads, model.cfg.d_model // model.cfg.n_heads
     mask = rg.causal_mask()
     slot = rg.row + lo
+    cos, sin = model.rope_cos[rg.pos], model.rope_sin[rg.pos]  # (T, Dh/2)
     x = model.embed(ids)  # (T, d)
     hidden = [x]
-    rope = (cast(Tensor, model.rope_cos), cast(Tensor, model.rope_sin))
-    for li, layer in enumerate(cast("list[DecoderLayer]", list(model.layers))):
+    for li, layer in enumerate(model.layers):
         att = layer.attn
-        q, k, v = att.qkv(layer.attn_norm(x)).view(-1, 3, heads, hd).unbind(1)  # 3 × (T, H, Dh)
-        q = apply_rope(att.q_norm(q).transpose(0, 1)[None], *rope, pos2)[0].transpose(0, 1)  # (T, H, Dh)
-        k = apply_rope(att.k_norm(k).transpose(0, 1)[None], *rope, pos2)[0].transpose(0, 1)
+        q, k, v = att.project(layer.attn_norm(x), cos, sin)  # (T, H, Dh) each
         kv.k[li, slot, :, rg.pos] = k
         kv.v[li, slot, :, rg.pos] = v
         keys = kv.k[li, lo: lo + m, :, : rg.kv_max]  # (m, H, K, Dh): a view, no copy
@@ -138,18 +133,14 @@ def inject_context(drafter: Drafter, dkv: DrafterKV, hidden: list[Tensor], keep:
     `slot`/`pos` (T,) where each token lives.
     """
     cfg = drafter.cfg
-    hd = cfg.d_model // cfg.n_heads
     feats = torch.cat([hidden[i + 1][keep] for i in cfg.target_layer_ids], dim=-1)  # (N, m·d)
     ctx = drafter.context(feats)  # (N, d)
     s, p = slot[keep], pos[keep]
-    rope = (cast(Tensor, drafter.rope_cos), cast(Tensor, drafter.rope_sin))
-    for li, layer in enumerate(cast("list[DrafterLayer]", list(drafter.layers))):
-        att = layer.attn
-        k, v = att.kv(ctx).chunk(2, dim=-1)  # 2 × (N, d)
-        k = att.k_norm(k.view(-1, cfg.n_heads, hd))  # (N, H, Dh)
-        k = apply_rope(k.transpose(0, 1)[None], *rope, p[None])[0].transpose(0, 1)
+    cos, sin = drafter.rope_cos[p], drafter.rope_sin[p]  # (N, Dh/2)
+    for li, layer in enumerate(drafter.layers):
+        k, v = layer.attn.project_kv(ctx, cos, sin)  # (N, H, Dh) each
         dkv.k[li, s, :, p] = k
-        dkv.v[li, s, :, p] = v.view(-1, cfg.n_heads, hd)
+        dkv.v[li, s, :, p] = v
 
 
 @torch.inference_mode()
@@ -164,25 +155,16 @@ def drafter_step(drafter: Drafter, dkv: DrafterKV, anchors: Tensor, anchor_ids: 
     cfg = drafter.cfg
     embed, lm_head = drafter._shared
     m, p = anchors.shape[0], positions
-    hd = cfg.d_model // cfg.n_heads
     block = torch.full((m, p), cfg.mask_token_id, dtype=torch.long)
     block[:, 0] = anchor_ids
     q_pos = anchors[:, None] + torch.arange(p)  # (m, p)
     kv_max = int(anchors.max())
     ctx_ok = (torch.arange(kv_max)[None, :] < anchors[:, None])[:, None, :].expand(m, p, kv_max)
     mask = torch.cat([ctx_ok, torch.ones(m, p, p, dtype=torch.bool)], dim=-1).unsqueeze(1)
-    rope = (cast(Tensor, drafter.rope_cos), cast(Tensor, drafter.rope_sin))
+    cos, sin = drafter.rope_cos[q_pos], drafter.rope_sin[q_pos]  # (m, p, Dh/2)
     x = embed(block)  # (m, p, d)
-    for li, layer in enumerate(cast("list[DrafterLayer]", list(drafter.layers))):
-        att = layer.attn
-        h = layer.attn_norm(x)
-        q = apply_rope(att.q_norm(att._heads(att.q(h))), *rope, q_pos)  # (m, H, p, Dh)
-        k_b, v_b = att.kv(h).chunk(2, dim=-1)
-        k_b = apply_rope(att.k_norm(att._heads(k_b)), *rope, q_pos)
-        k = torch.cat([dkv.k[li, :m, :, :kv_max], k_b], dim=2)  # (m, H, K + p, Dh)
-        v = torch.cat([dkv.v[li, :m, :, :kv_max], att._heads(v_b)], dim=2)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        x = x + att.out(y.transpose(1, 2).reshape(m, p, cfg.n_heads * hd))
-        x = x + layer.mlp(layer.mlp_norm(x))
+    for li, layer in enumerate(drafter.layers):
+        injected = (dkv.k[li, :m, :, :kv_max], dkv.v[li, :m, :, :kv_max])  # (m, H, K, Dh): views
+        x, _ = layer(x, cos, sin, mask, injected)
     h = drafter.norm(x)[:, None]  # (m, 1, p, d)
     return BlockOutput(lm_head(h), h)

@@ -19,12 +19,14 @@ from sparksim.cost.models import ModelSpec
 from sparksim.cost.roofline import (
     DrafterShape,  # the one shape: the roofline prices it, the profiler builds it
 )
+from sparksim.decoder import Block, RMSNorm
 from sparksim.profiling.model import (
-    DecoderLayer,
     KVCache,
-    RMSNorm,
     StepLayout,
+    block_config,
+    layer_step,
     materialise,
+    write_kv,
 )
 
 
@@ -38,8 +40,8 @@ class DSparkDrafter(nn.Module):
         self.embed = nn.Embedding(spec.vocab, d)
         self.fc = nn.Linear(shape.num_target_features * d, d, bias=False)
         self.hidden_norm = RMSNorm(d)
-        self.layers: list[DecoderLayer] = nn.ModuleList(  # type: ignore[assignment]
-            DecoderLayer(spec) for _ in range(shape.num_layers))
+        self.layers: list[Block] = nn.ModuleList(  # type: ignore[assignment]
+            Block(block_config(spec)) for _ in range(shape.num_layers))
         self.norm = RMSNorm(d)
         self.lm_head = nn.Linear(d, spec.vocab, bias=False)
         self.markov_w1 = nn.Embedding(spec.vocab, shape.markov_rank)
@@ -59,9 +61,10 @@ class DSparkDrafter(nn.Module):
         R, positions = block_layout.requests, block_layout.new_max  # p
         ctx = self.hidden_norm(self.fc(target_hidden))  # (R·(1+γ), d)
         x = self.embed(block_ids)  # (R·p, d)
-        for i, layer in enumerate(self.layers):
-            layer.attn.write_kv(ctx, ctx_layout, cache.k[i], cache.v[i])
-            x = layer(x, block_layout, cache.k[i], cache.v[i])
+        for i, layer in enumerate(self.layers):  # KV injection: the context through each layer's k/v
+            keys, values = layer.attn.project_kv(ctx, ctx_layout.cos, ctx_layout.sin)  # (R·(1+γ), kv, D)
+            write_kv(keys, values, ctx_layout, cache.k[i], cache.v[i])
+            x = layer_step(layer, x, block_layout, cache.k[i], cache.v[i])
         h = self.norm(x)  # (R·p, d)
         base = self.lm_head(h).view(R, positions, -1)  # (R, p, V)
         h = h.view(R, positions, -1)

@@ -16,7 +16,8 @@ from typing import Any
 import torch
 
 from sparksim.cost.models import ModelSpec
-from sparksim.profiling.draft_model import DrafterShape, DSparkDrafter
+from sparksim.cost.roofline import DrafterShape
+from sparksim.profiling.draft_model import DSparkDrafter
 from sparksim.profiling.model import DecoderModel
 
 # DSpark reuses the target's embedding and LM head; the profiler's drafter builds its own

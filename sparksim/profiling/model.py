@@ -1,11 +1,12 @@
 """A Llama/Qwen3-style decoder with random weights, shaped by a ModelSpec, for timing one step.
 
-Reads bottom-up: layout of a verification step → KV cache → norm, RoPE → attention → MLP →
-decoder layer → model. The model computes what a serving engine computes in one
-verification step (embeddings, every layer, final norm and the LM head on every verified
-token) so its time is the step's time; the weights are random because timing does not
-depend on their values. Qwen3's per-head q/k RMSNorm is left out: it is elementwise and
-costs nothing next to the matmuls.
+Reads bottom-up: layout of a verification step → KV cache → attention over the cache →
+layer → model. The layers are `sparksim.decoder`'s; what is the profiler's own is the serving
+layout they run in. The model computes what a serving engine computes in one verification
+step (embeddings, every layer, final norm and the LM head on every verified token) so its
+time is the step's time; the weights are random because timing does not depend on their
+values. Qwen3's per-head q/k RMSNorm is left out: it is elementwise and costs nothing next
+to the matmuls.
 
 Tokens are flattened as DSpark's variable-length verification does: B tokens from R
 requests sit in one (B, hidden) matrix for every linear layer, and only attention
@@ -23,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from sparksim.cost.models import ModelSpec
+from sparksim.decoder import Attention, Block, BlockConfig, RMSNorm, rope_angles
 
 ROPE_THETA = 1_000_000.0  # Qwen3's base; Llama 3.1 uses 500k; the cost is the same
 
@@ -76,13 +78,12 @@ class StepLayout:
         limit = torch.full_like(queries, context + new_max - 1) if bidirectional else context + queries
         mask = (keys[None, :] <= limit[:, None]).repeat(group, 1)  # (group·n, L)
         position = context + offset
-        inv_freq = 1.0 / ROPE_THETA ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
-        angles = position.float()[:, None] * inv_freq[None, :]  # (B, D/2)
+        cos, sin = rope_angles(position, head_dim, ROPE_THETA)  # (B, D/2)
         return cls(
             tokens=tokens, requests=requests, context=context, new_max=new_max,
             request_idx=request_idx.to(device), position=position.to(device),
             pad_idx=None if pad_idx is None else pad_idx.to(device), mask=mask.to(device),
-            cos=angles.cos().to(device, dtype), sin=angles.sin().to(device, dtype),
+            cos=cos.to(device, dtype), sin=sin.to(device, dtype),
         )
 
 
@@ -112,101 +113,51 @@ class KVCache:
         return int(self.k.shape[3])
 
 
-class RMSNorm(nn.Module):
-    """Root-mean-square layer norm with a learned scale."""
-
-    def __init__(self, dim: int, eps: float = 1e-6) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        var = x.float().pow(2).mean(-1, keepdim=True)
-        return (x.float() * torch.rsqrt(var + self.eps)).to(x.dtype) * self.weight
+def block_config(spec: ModelSpec) -> BlockConfig:
+    """Return the decoder layer of `spec`: GQA, separate q/k/v, RoPE halves (HF), no q/k norm."""
+    return BlockConfig(d_model=spec.hidden, n_heads=spec.num_heads, n_kv_heads=spec.num_kv_heads,
+                       head_dim=spec.head_dim, d_ff=spec.intermediate, rope_theta=ROPE_THETA, qk_norm=False)
 
 
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate (B, heads, D) by per-token angles (B, D/2), half-split as in Llama/Qwen."""
-    x1, x2 = x.chunk(2, dim=-1)
-    c, s = cos[:, None, :], sin[:, None, :]
-    return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
+def write_kv(k: torch.Tensor, v: torch.Tensor, layout: StepLayout, k_cache: torch.Tensor,
+             v_cache: torch.Tensor) -> None:
+    """Store keys and values (B, kv_heads, D) at the layout's slots of the caches (R, kv_heads, L, D)."""
+    # In-place scatter into the preallocated cache: what a paged-KV write does.
+    k_cache[layout.request_idx, :, layout.position] = k
+    v_cache[layout.request_idx, :, layout.position] = v
 
 
-class Attention(nn.Module):
-    """GQA self-attention with RoPE over the request's cached keys plus its new tokens."""
-
-    def __init__(self, spec: ModelSpec) -> None:
-        super().__init__()
-        self.num_heads, self.num_kv_heads, self.head_dim = spec.num_heads, spec.num_kv_heads, spec.head_dim
-        self.q_proj = nn.Linear(spec.hidden, spec.num_heads * spec.head_dim, bias=False)
-        self.k_proj = nn.Linear(spec.hidden, spec.num_kv_heads * spec.head_dim, bias=False)
-        self.v_proj = nn.Linear(spec.hidden, spec.num_kv_heads * spec.head_dim, bias=False)
-        self.o_proj = nn.Linear(spec.num_heads * spec.head_dim, spec.hidden, bias=False)
-
-    def write_kv(
-        self, x: torch.Tensor, layout: StepLayout, k_cache: torch.Tensor, v_cache: torch.Tensor
-    ) -> None:
-        """Project `x` (B, hidden) to keys and values and store them at the layout's slots."""
-        B = x.shape[0]
-        k = self.k_proj(x).view(B, self.num_kv_heads, self.head_dim)
-        k = apply_rope(k, layout.cos, layout.sin)
-        v = self.v_proj(x).view(B, self.num_kv_heads, self.head_dim)
-        # In-place scatter into the preallocated cache: what a paged-KV write does.
-        k_cache[layout.request_idx, :, layout.position] = k
-        v_cache[layout.request_idx, :, layout.position] = v
-
-    def forward(
-        self, x: torch.Tensor, layout: StepLayout, k_cache: torch.Tensor, v_cache: torch.Tensor
-    ) -> torch.Tensor:
-        B, R, n = x.shape[0], layout.requests, layout.new_max
-        kv, g, D = self.num_kv_heads, self.num_heads // self.num_kv_heads, self.head_dim
-        self.write_kv(x, layout, k_cache, v_cache)
-        q = apply_rope(self.q_proj(x).view(B, self.num_heads, D), layout.cos, layout.sin)
-        if layout.pad_idx is not None:
-            # Uneven requests: scatter into an (R·n) padded grid; padded rows are discarded.
-            padded = q.new_zeros(R * n, self.num_heads, D)
-            q = padded.index_copy_(0, layout.pad_idx, q)
-        # GQA by folding each KV head's g query heads into the query length, as decode
-        # kernels do: every KV head is read once and never expanded g times.
-        q = q.view(R, n, kv, g, D).permute(0, 2, 3, 1, 4).reshape(R, kv, g * n, D)
-        L = layout.context + n
-        out = F.scaled_dot_product_attention(
-            q, k_cache[:R, :, :L], v_cache[:R, :, :L], attn_mask=layout.mask,
-        )  # (R, kv, g·n, D)
-        out = out.view(R, kv, g, n, D).permute(0, 3, 1, 2, 4).reshape(R * n, kv * g * D)
-        if layout.pad_idx is not None:
-            out = out.index_select(0, layout.pad_idx)  # (B, H·D)
-        return self.o_proj(out)
+def step_attention(
+    attn: Attention, x: torch.Tensor, layout: StepLayout, k_cache: torch.Tensor, v_cache: torch.Tensor
+) -> torch.Tensor:
+    """Attend from the step's tokens x (B, hidden) to their request's cache plus themselves; write their KV."""
+    R, n = layout.requests, layout.new_max
+    kv, g, D = attn.n_kv_heads, attn.n_heads // attn.n_kv_heads, attn.head_dim
+    q, k, v = attn.project(x, layout.cos, layout.sin)  # (B, H, D), (B, kv, D), (B, kv, D)
+    write_kv(k, v, layout, k_cache, v_cache)
+    if layout.pad_idx is not None:
+        # Uneven requests: scatter into an (R·n) padded grid; padded rows are discarded.
+        padded = q.new_zeros(R * n, attn.n_heads, D)
+        q = padded.index_copy_(0, layout.pad_idx, q)
+    # GQA by folding each KV head's g query heads into the query length, as decode
+    # kernels do: every KV head is read once and never expanded g times.
+    q = q.view(R, n, kv, g, D).permute(0, 2, 3, 1, 4).reshape(R, kv, g * n, D)
+    L = layout.context + n
+    out = F.scaled_dot_product_attention(
+        q, k_cache[:R, :, :L], v_cache[:R, :, :L], attn_mask=layout.mask,
+    )  # (R, kv, g·n, D)
+    out = out.view(R, kv, g, n, D).permute(0, 3, 1, 2, 4).reshape(R * n, kv * g * D)
+    if layout.pad_idx is not None:
+        out = out.index_select(0, layout.pad_idx)  # (B, H·D)
+    return attn.out(out)
 
 
-class MLP(nn.Module):
-    """SwiGLU feed-forward: down(silu(gate(x)) · up(x))."""
-
-    def __init__(self, hidden: int, intermediate: int) -> None:
-        super().__init__()
-        self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
-        self.up_proj = nn.Linear(hidden, intermediate, bias=False)
-        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-
-
-class DecoderLayer(nn.Module):
-    """Pre-norm block: x + attn(norm(x)), then + mlp(norm(x))."""
-
-    def __init__(self, spec: ModelSpec) -> None:
-        super().__init__()
-        self.input_norm = RMSNorm(spec.hidden)
-        self.attn = Attention(spec)
-        self.post_attn_norm = RMSNorm(spec.hidden)
-        self.mlp = MLP(spec.hidden, spec.intermediate)
-
-    def forward(
-        self, x: torch.Tensor, layout: StepLayout, k_cache: torch.Tensor, v_cache: torch.Tensor
-    ) -> torch.Tensor:
-        x = x + self.attn(self.input_norm(x), layout, k_cache, v_cache)
-        return x + self.mlp(self.post_attn_norm(x))
+def layer_step(
+    layer: Block, x: torch.Tensor, layout: StepLayout, k_cache: torch.Tensor, v_cache: torch.Tensor
+) -> torch.Tensor:
+    """Run one pre-norm layer over the step's flattened tokens x (B, hidden) with its cache."""
+    x = x + step_attention(layer.attn, layer.attn_norm(x), layout, k_cache, v_cache)
+    return x + layer.mlp(layer.mlp_norm(x))
 
 
 class DecoderModel(nn.Module):
@@ -216,7 +167,8 @@ class DecoderModel(nn.Module):
         super().__init__()
         self.spec = spec
         self.embed = nn.Embedding(spec.vocab, spec.hidden)
-        self.layers = nn.ModuleList(DecoderLayer(spec) for _ in range(spec.num_layers))
+        self.layers: list[Block] = nn.ModuleList(  # type: ignore[assignment]
+            Block(block_config(spec)) for _ in range(spec.num_layers))
         self.norm = RMSNorm(spec.hidden)
         self.lm_head = nn.Linear(spec.hidden, spec.vocab, bias=False)
         if spec.tie_embeddings:
@@ -226,7 +178,7 @@ class DecoderModel(nn.Module):
         """Return logits (B, vocab) for the flattened step `ids` (B,), writing its KV in place."""
         x = self.embed(ids)  # (B, hidden)
         for i, layer in enumerate(self.layers):
-            x = layer(x, layout, cache.k[i], cache.v[i])
+            x = layer_step(layer, x, layout, cache.k[i], cache.v[i])
         # Verification needs the target's distribution at every verified position.
         return self.lm_head(self.norm(x))  # (B, V)
 

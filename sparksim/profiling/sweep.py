@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 import torch
 
 from sparksim.cost.models import ModelSpec
+from sparksim.cost.roofline import DrafterShape
 from sparksim.errors import ConfigError
 from sparksim.hardware import DTYPE_BYTES as HW_DTYPE_BYTES
 from sparksim.profiling import graphs as cuda_graphs
-from sparksim.profiling.draft_model import DrafterShape, build_drafter
+from sparksim.profiling.draft_model import build_drafter
 from sparksim.profiling.memory import PeakAbove
 from sparksim.profiling.model import KVCache, StepLayout, build_model, num_requests
 from sparksim.profiling.timing import Clock, CudaEventClock, HostClock, Timing, time_replays
