@@ -27,6 +27,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from sparksim.cost.card import CostCard
 from sparksim.cost.profile import DraftTable, Profile
 from sparksim.policies import REGISTRY, make_policy
 from sparksim.policies.base import StepBatch
@@ -40,14 +41,11 @@ def staircase_profile() -> Profile:
     tokens = np.array([*GRAPH_SIZES, 768, 1024, 2048, 4096, 8192], dtype=np.float64)
     step_ms = np.where(tokens <= 512, 9.0 + 0.006 * tokens, 14.0 + 0.012 * tokens)
     requests = np.array([1, 64, 256, 512, 1024], dtype=np.float64)
+    card = {"source": "synthetic", "graph_capture_sizes": GRAPH_SIZES}
+    full_block = DraftTable("default", requests, np.empty(0), (0.4 + 0.002 * requests)[None, :])
     return Profile(
-        name="bench-staircase",
-        card={"source": "synthetic", "graph_capture_sizes": GRAPH_SIZES},
-        tokens=tokens,
-        contexts=np.array([np.nan]),
-        step_ms=step_ms[None, :],
-        drafters={"default": DraftTable.full_block("default", requests, 0.4 + 0.002 * requests)},
-        default_drafter="default",
+        name="bench-staircase", card=card, tokens=tokens, step_ms=step_ms,
+        drafters={"default": full_block}, default_drafter="default", spec=CostCard.model_validate(card),
     )
 
 

@@ -282,7 +282,8 @@ def validation_problems(exc: ValidationError, data: Mapping[str, Any], prefix: s
     """Return pydantic's complaints about `data` as lines a person reads: `key.sub=value: why`.
 
     One line per key (a union's members each complain; their reasons are joined), an unknown
-    key says so by name, and a complaint about a whole mapping names the mapping, not its repr.
+    or a missing key says so by name, and a complaint about a whole mapping names the mapping,
+    not its repr.
     `prefix` is where `data` sits in a larger file (`domains.chat.`).
     """
     problems: list[str] = []
@@ -291,9 +292,10 @@ def validation_problems(exc: ValidationError, data: Mapping[str, Any], prefix: s
         # pydantic adds validator and union-member names to the location; keep the keys
         loc = [p for p in err["loc"] if isinstance(p, str) and p.replace("_", "").isalnum()]
         msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
+        if err["type"] in ("extra_forbidden", "missing"):
             parent = prefix + ".".join(loc[:-1])
-            problems.append(f"{parent + ': ' if parent else ''}unknown key {loc[-1]!r}")
+            what = "unknown key" if err["type"] == "extra_forbidden" else "missing field"
+            problems.append(f"{parent + ': ' if parent else ''}{what} {loc[-1]!r}")
             continue
         value = _lookup(data, loc)
         key = prefix + ".".join(loc) if loc else prefix.rstrip(".")

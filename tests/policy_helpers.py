@@ -9,6 +9,7 @@ import numpy as np
 from hypothesis import strategies as st
 from numpy.typing import NDArray
 
+from sparksim.cost.card import CostCard
 from sparksim.cost.profile import DraftTable, LookupMode, Profile
 from sparksim.policies.base import StepBatch
 
@@ -27,17 +28,23 @@ def profile(
     card: dict[str, Any] = {"source": "synthetic"}
     if captured is not None:
         card["graph_capture_sizes"] = list(captured)
-    drafters = {"default": DraftTable.full_block("default", *draft)} if draft is not None else {}
+    drafters = {"default": full_block("default", *draft)} if draft is not None else {}
     return Profile(
         name="test", card=card, tokens=np.asarray(tokens, np.float64),
-        contexts=np.array([np.nan]), step_ms=np.asarray([step_ms], np.float64),
-        drafters=drafters, default_drafter="default" if drafters else None, mode=mode,
+        step_ms=np.asarray(step_ms, np.float64), drafters=drafters,
+        default_drafter="default" if drafters else None, mode=mode, spec=CostCard.model_validate(card),
     )
+
+
+def full_block(name: str, requests: Sequence[float], draft_ms: Sequence[float]) -> DraftTable:
+    """Return a drafter's table that drafts its full block at every request count (two-column form)."""
+    return DraftTable(name=name, requests=np.asarray(requests, np.float64), positions=np.empty(0),
+                      ms=np.asarray(draft_ms, np.float64)[None, :])
 
 
 def step_s(batch: StepBatch, tokens: int) -> float:
     """Return the step seconds at `tokens`, straight from the profile (not the policy's table)."""
-    return float(batch.cost.fixed_s + batch.cost.profile.verify_s(tokens, batch.cost.context))
+    return float(batch.cost.fixed_s + batch.cost.profile.verify_s(tokens))
 
 
 def reference_cut(batch: StepBatch, survival: NDArray[np.float64] | None = None,

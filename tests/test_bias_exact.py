@@ -50,8 +50,7 @@ def cost_profile(step_ms: list[float], name: str = "toy-costs") -> Profile:
         name=name,
         card={"source": "published", "hardware": "test", "model": "-", "dtype": "-", "date": "2026-01-01",
               "command": "tests/test_bias_exact.py"},
-        tokens=np.arange(1.0, len(step_ms) + 1), contexts=np.array([np.nan]),
-        step_ms=np.asarray(step_ms, float)[None, :],
+        tokens=np.arange(1.0, len(step_ms) + 1), step_ms=np.asarray(step_ms, float),
     )
 
 

@@ -99,20 +99,6 @@ def test_theta_along_the_path_equals_tau_over_the_profiled_step_time(batch: Step
     assert path.size <= max(0, batch.max_tokens - batch.fixed_tokens)
 
 
-def test_the_cost_table_follows_profile_context_interpolation() -> None:
-    # Why: an engine with a context-dependent profile must price steps as the profile does.
-    from sparksim.cost.profile import Profile
-
-    prof = Profile(
-        name="ctx", card={}, tokens=np.array([8.0, 64.0, 512.0]), contexts=np.array([1024.0, 8192.0]),
-        step_ms=np.array([[10.0, 12.0, 30.0], [14.0, 18.0, 50.0]]),
-    )
-    for context in (1024.0, 3000.0, 8192.0):
-        batch = StepBatch.from_conf(np.full((4, 5), 0.8), prof, context=context, draft_s=0.001)
-        got = CostTable().step_s(batch.cost, 0, 400)
-        np.testing.assert_allclose(got, batch.cost.step_s(np.arange(400)), rtol=1e-12)
-
-
 def test_rounding_picks_the_neighbouring_graph_size_with_the_higher_theta() -> None:
     # Graph sizes 8 and 16; cost flat inside each graph, so the Θ peak sits on a size.
     prof = profile([8, 16, 32], [10.0, 10.5, 30.0], captured=[8, 16, 32])

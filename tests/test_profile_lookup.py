@@ -40,15 +40,8 @@ def flat_path(tmp_path: Path) -> Path:
     return _write(tmp_path, pd.DataFrame({"tokens": TOKENS, "step_ms": STEP_MS}), draft)
 
 
-@pytest.fixture
-def ctx_path(tmp_path: Path) -> Path:
-    # cost(tokens, context) = tokens/8 + context/1024 ms, on a 2 × 3 grid
-    rows = [(t, c, t / 8 + c / 1024) for c in (1024, 4096) for t in (8, 16, 32)]
-    return _write(tmp_path, pd.DataFrame(rows, columns=["tokens", "context", "step_ms"]), name="c")
-
-
-def _ms(prof: Profile, tokens: Any, context: Any = None) -> np.ndarray:
-    return prof.verify_s(tokens, context) * 1e3
+def _ms(prof: Profile, tokens: Any) -> np.ndarray:
+    return prof.verify_s(tokens) * 1e3
 
 
 def test_step_mode_pads_a_batch_up_to_the_next_profiled_size(flat_path: Path) -> None:
@@ -96,47 +89,14 @@ def test_strict_profile_raises_range_error_instead_of_extrapolating(flat_path: P
         prof.draft_s(17)
 
 
-def test_context_is_interpolated_linearly_between_profiled_contexts(ctx_path: Path) -> None:
-    """Attention makes cost grow with context; between profiled contexts the cost is the chord."""
-    prof = load_profile(ctx_path, mode="linear")
-    assert prof.has_context
-    tokens = np.array([8, 16, 32, 24])
-    ctx = np.array([1024, 2048, 3000, 4096])
-    np.testing.assert_allclose(_ms(prof, tokens, ctx), tokens / 8 + ctx / 1024, rtol=1e-9)
-    # 2-D: step mode pads tokens, then interpolates context
-    step = load_profile(ctx_path, mode="step")
-    assert float(_ms(step, 9, 2560)) == pytest.approx(16 / 8 + 2560 / 1024)
-    # below the first context the first row is used (no extrapolation downwards)
-    assert float(_ms(prof, 16, 10)) == pytest.approx(16 / 8 + 1.0)
-
-
-def test_context_past_the_last_profiled_context_extrapolates_with_one_warning(
-    ctx_path: Path,
-) -> None:
-    """Long contexts beyond the table are common; the extrapolation must be linear and announced."""
-    prof = load_profile(ctx_path, mode="linear")
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        got = _ms(prof, [16, 32], [8192, 16384])
-        _ms(prof, 16, 9000)
-    msgs = [str(w.message) for w in caught if issubclass(w.category, ProfileWarning)]
-    assert len(msgs) == 1 and "context=16384" in msgs[0]
-    np.testing.assert_allclose(got, [2 + 8, 4 + 16], rtol=1e-9)
-    with pytest.raises(RangeError, match="context"):
-        load_profile(ctx_path, strict=True).verify_s(16, 5000)
-
-
-def test_lookup_is_vectorised_and_keeps_the_callers_shape(ctx_path: Path) -> None:
+def test_lookup_is_vectorised_and_keeps_the_callers_shape(flat_path: Path) -> None:
     """The engine asks for many batches at once; the answer must line up element by element."""
-    prof = load_profile(ctx_path, mode="linear")
-    tokens = np.array([[8, 16, 32], [32, 16, 8]])
-    ctx = np.array([[1024, 4096, 2048], [1024, 1024, 4096]])
-    got = prof.verify_s(tokens, ctx)
+    prof = load_profile(flat_path, mode="linear")
+    tokens = np.array([[1, 8, 16], [128, 72, 4.5]])
+    got = prof.verify_s(tokens)
     assert got.shape == (2, 3)
-    np.testing.assert_allclose(got * 1e3, tokens / 8 + ctx / 1024, rtol=1e-9)
-    # one context for every batch, and one batch at every context
-    np.testing.assert_allclose(_ms(prof, [8, 32], 2048), [1 + 2, 4 + 2], rtol=1e-9)
-    np.testing.assert_allclose(_ms(prof, 16, [1024, 2048, 4096]), [2 + 1, 2 + 2, 2 + 4], rtol=1e-9)
+    np.testing.assert_allclose(got * 1e3, np.interp(tokens, TOKENS, STEP_MS), rtol=1e-12)
+    assert prof.verify_s(16).shape == ()
 
 
 def test_draft_cost_is_looked_up_by_request_count(flat_path: Path, tmp_path: Path) -> None:
@@ -166,7 +126,7 @@ def test_cost_that_falls_with_batch_size_is_raised_to_the_running_maximum_with_a
         prof = load_profile(path)
     files = " ".join(str(w.message) for w in record)
     assert "verify.csv" in files and "draft.csv" in files
-    np.testing.assert_allclose(prof.step_ms[0], [1, 3, 3, 4])
+    np.testing.assert_allclose(prof.step_ms, [1, 3, 3, 4])
     np.testing.assert_allclose(prof.drafters[prof.default_drafter].ms[-1], [2, 2, 3])
     assert float(prof.verify_s(4)) * 1e3 == pytest.approx(3.0)
 
@@ -188,17 +148,12 @@ def test_step_mode_pads_only_inside_the_captured_graph_range(tmp_path: Path) -> 
 def test_scalar_fast_path_equals_the_vector_lookup_on_random_profiles(tmp_path: Path, seed: int) -> None:
     """The engine prices each step with `verify_s_scalar`; it must charge what `verify_s` says.
 
-    Random grids (one to six sizes, with or without contexts and captured graphs, step and
-    linear modes), asked below, on, between and past every profiled size and context.
+    Random tables (one to six sizes, with or without captured graphs, step and linear
+    modes), asked below, on, between and past every profiled size.
     """
     rng = np.random.default_rng(seed)
     sizes = np.unique(rng.integers(1, 600, size=int(rng.integers(1, 7))))
-    contexts = [0] if seed % 3 == 0 else sorted({int(c) for c in rng.integers(1, 9000, size=3)})
-    rows = [(int(t), c, float(0.5 + t / 100 + c / 4096 + rng.random()))
-            for c in contexts for t in sizes]
-    verify = pd.DataFrame(rows, columns=["tokens", "context", "step_ms"])
-    if contexts == [0]:
-        verify = verify.drop(columns="context")
+    verify = pd.DataFrame({"tokens": sizes, "step_ms": 0.5 + sizes / 100 + rng.random(sizes.size)})
     card = dict(CARD)
     if seed % 2:
         card["graph_capture_sizes"] = [int(s) for s in sizes[: max(1, sizes.size // 2)]]
@@ -209,10 +164,9 @@ def test_scalar_fast_path_equals_the_vector_lookup_on_random_profiles(tmp_path: 
         warnings.simplefilter("ignore", ProfileWarning)
         for mode in ("step", "linear"):
             prof = load_profile(path, mode=mode)
-            for c in (contexts if len(contexts) > 1 else [0]) + [500, 20_000]:
-                want = prof.verify_s(asked, np.full(asked.shape, float(c)))
-                got = [prof.verify_s_scalar(float(t), float(c)) for t in asked]
-                np.testing.assert_allclose(got, want, rtol=1e-12, err_msg=f"{mode=} {c=}")
+            want = prof.verify_s(asked)
+            got = [prof.verify_s_scalar(float(t)) for t in asked]
+            np.testing.assert_allclose(got, want, rtol=1e-12, err_msg=f"{mode=}")
 
 
 @pytest.mark.parametrize("seed", range(6))

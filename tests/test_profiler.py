@@ -151,7 +151,7 @@ def test_the_fit_recovers_a_grid_that_is_exactly_dense_plus_per_request_attentio
     out = write_measured_profile(tmp_path / "p", cfg, points, [], "sparksim profile ...")
     prof = load_profile(out)
     assert prof.kv_model == "per-request"
-    np.testing.assert_allclose(prof.step_ms[0], 2.0 + 0.05 * np.array(tokens), rtol=1e-9)
+    np.testing.assert_allclose(prof.step_ms, 2.0 + 0.05 * np.array(tokens), rtol=1e-9)
     for p in points:
         priced = prof.verify_s_scalar(p.tokens) + prof.attention_s(p.requests, p.requests * p.context)
         assert priced * 1e3 == pytest.approx(p.timing.median_ms if p.timing else 0.0, rel=1e-9)

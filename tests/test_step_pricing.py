@@ -197,10 +197,9 @@ def test_a_finite_open_loop_run_ends_when_its_last_request_finishes() -> None:
     assert float(res.requests["arrival_at"].min()) == 0.0  # the first request arrives at t = 0
 
 
-def test_a_legacy_grid_profile_warns_when_most_steps_sit_below_its_first_context(
-    traces_07: Path, tmp_path: Path,
-) -> None:
-    # Why: a context grid clamps below its first row; a run priced mostly there must say so.
+def test_a_legacy_grid_profile_runs_converted_and_says_how(traces_07: Path, tmp_path: Path) -> None:
+    # Why: a context grid is converted on load to dense + attention tables, so the engine
+    # prices it by the one rule; a run on it must say so (a warning, the summary's kv_model).
     from sparksim.cost.profile import write_profile
 
     rows = [(t, c, 5 + t / 100 + c / 1000) for c in (1024, 4096) for t in (1, 64, 512, 8192)]
@@ -208,11 +207,11 @@ def test_a_legacy_grid_profile_warns_when_most_steps_sit_below_its_first_context
             "date": "2026-11-30", "command": "tests/test_step_pricing.py", "tokens_per_request": 8}
     grid = write_profile(tmp_path / "grid", pd.DataFrame(rows, columns=["tokens", "context", "step_ms"]),
                          card)
-    assert load_profile(grid).kv_model == "legacy-grid"
     sc, base = load_scenario(None, [f"profile={grid}", f"traces={traces_07}", "run.duration_s=2",
                                     "policy.gamma=0"], "static")
-    with pytest.warns(ProfileWarning, match="clamped"):
-        simulate(sc, base)
+    with pytest.warns(ProfileWarning, match="converted on load from a legacy context grid"):
+        res = simulate(sc, base)
+    assert res.summary["cost"]["kv_model"] == "converted-grid"
 
 
 def test_a_shorter_block_replays_the_first_positions_of_the_traces_exactly() -> None:

@@ -22,7 +22,6 @@ from typer.testing import CliRunner
 
 from sparksim.cli import app
 from sparksim.config import parse_scenario
-from sparksim.cost.profile import ProfileWarning, load_profile, write_profile
 from sparksim.sim.runner import load_scenario, simulate, summary_json, write_results
 from sparksim.step import records
 from sparksim.step.records import PENDING_ROWS, STEP_COLUMNS, Columns, ParquetColumns
@@ -143,24 +142,6 @@ def test_sparksim_run_check_reads_a_streamed_run_back(tmp_path: Path) -> None:
                                       "--check", "--out", str(tmp_path / "r"), "-q"])
     assert result.exit_code == 0, result.output
     assert "invariants INV-1..7 hold" in result.output
-
-
-def test_the_legacy_grid_warning_reads_the_streamed_steps(
-    traces_07: Path, tmp_path: Path, small_row_groups: int,
-) -> None:
-    # Why: the warning counts decode steps over the whole step table, which a streamed run
-    # reads a row group at a time instead of holding.
-    rows = [(t, c, 5 + t / 100 + c / 1000) for c in (1024, 4096) for t in (1, 64, 512, 8192)]
-    card = {"source": "synthetic", "hardware": "t", "model": "t", "dtype": "bf16",
-            "date": "2026-11-30", "command": "tests/test_streaming_records.py", "tokens_per_request": 8}
-    grid = write_profile(tmp_path / "grid", pd.DataFrame(rows, columns=["tokens", "context", "step_ms"]), card)
-    assert load_profile(grid).kv_model == "legacy-grid"
-    sc, base = load_scenario(None, [f"profile={grid}", f"traces={traces_07}", "run.duration_s=2",
-                                    "policy.gamma=0", "run.records.stream=true"], "static")
-    with pytest.warns(ProfileWarning, match="clamped"):
-        res = simulate(sc, base)
-    steps = res.steps
-    assert steps is not None and len(steps) > small_row_groups
 
 
 def test_a_result_streamed_on_its_own_keeps_its_files_while_it_lives(

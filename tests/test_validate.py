@@ -147,6 +147,29 @@ PROFILE_BREAKS: dict[str, tuple[Callable[[Path], None], list[str]]] = {
     "card with unknown source": (
         lambda p: _edit_card(p / "card.yaml", lambda c: c.update(source="guessed")),
         ["card.yaml: source='guessed'"]),
+    "card figure below its range": (
+        lambda p: _edit_card(p / "card.yaml", lambda c: c.update(
+            cost_model={"prefill_attention_ms_per_token_sq": -1e-6, "note": "free-form keys stay allowed"})),
+        ["card.yaml: cost_model.prefill_attention_ms_per_token_sq=-1e-06", "greater than or equal to 0"]),
+    "card figure given as text": (
+        lambda p: _edit_card(p / "card.yaml", lambda c: c.update(
+            cost_model={"attention_ms_per_query_kv_token": "1e-6"})),
+        ["card.yaml: cost_model.attention_ms_per_query_kv_token='1e-6'", "valid number"]),
+    "card with an unknown attention mode": (
+        lambda p: _edit_card(p / "card.yaml", lambda c: c.update(cost_model={"attention_kv": "dense"})),
+        ["card.yaml: cost_model.attention_kv='dense'", "'sum' or 'padded'"]),
+    "card with a zero graph size": (
+        lambda p: _edit_card(p / "card.yaml", lambda c: c.update(graph_capture_sizes=[0, 8])),
+        ["card.yaml: graph_capture_sizes=[0, 8]", "greater than or equal to 1"]),
+    "card with zero gpus per replica": (
+        lambda p: _edit_card(p / "card.yaml", lambda c: c.update(gpus_per_replica=0)),
+        ["card.yaml: gpus_per_replica=0"]),
+    "card drafter of an unknown kind": (
+        lambda p: _edit_card(p / "card.yaml", lambda c: c.update(drafter={"name": "d", "kind": "medusa"})),
+        ["card.yaml: drafter.kind='medusa'"]),
+    "card drafter reading KV at a negative cost": (
+        lambda p: _edit_card(p / "card.yaml", lambda c: c.update(drafter={"name": "d", "kv_ms_per_token": -1})),
+        ["card.yaml: drafter.kv_ms_per_token=-1"]),
     "card not YAML": (
         lambda p: (p / "card.yaml").write_text("source: [unclosed\n"), ["card.yaml: not valid YAML"]),
     "card missing": (
@@ -265,27 +288,27 @@ def test_a_trace_set_with_several_breaks_reports_each_of_them(tmp_path: Path) ->
 
 
 def test_a_profile_reads_back_what_was_written(tmp_path: Path) -> None:
-    """write_profile → load_profile must reproduce the table and the card, to the 6 digits written."""
-    verify = _verify_df()
-    # float-typed sizes and a 1M context: the writer must not round sizes to 6 digits
-    verify["context"] = verify["context"].astype(float).replace(4096.0, 1048576.0)
+    """write_profile → load_profile must reproduce the tables and the card, to the 9 digits written."""
+    verify = _verify_df().query("context == 1024").drop(columns="context")
+    # float-typed sizes and a 1M KV row: the writer must not round sizes to 6 digits
+    attention = pd.DataFrame({"kv_tokens": [1024.0, 1048576.0], "attn_ms": [0.01, 10.24]})
     card = {**PROFILE_CARD, "graph_capture_sizes": [8, 16, 32, 64], "nested": {"a": [1, 2]}}
-    path = write_profile(tmp_path / "rt", verify, card, _draft_df())
+    path = write_profile(tmp_path / "rt", verify, card, _draft_df(), extra={"attention.csv": attention})
     prof = load_profile(path)
-    assert prof.card == card
-    np.testing.assert_array_equal(prof.contexts, [1024, 1048576])
+    assert prof.card == card and prof.kv_model == "per-request"
+    np.testing.assert_array_equal(prof.attn_kv_tokens, [1024, 1048576])
+    np.testing.assert_allclose(prof.attn_ms[0], attention["attn_ms"], rtol=1e-9)
     np.testing.assert_array_equal(prof.tokens, [8, 16, 32, 64])
-    wide = verify.pivot(index="context", columns="tokens", values="step_ms").to_numpy()
-    np.testing.assert_allclose(prof.step_ms, wide, rtol=1e-6)
+    np.testing.assert_allclose(prof.step_ms, verify["step_ms"], rtol=1e-9)
     table = prof.drafter()
     assert table is not None
     np.testing.assert_array_equal(table.requests, _draft_df()["requests"])
     np.testing.assert_allclose(table.ms[-1], _draft_df()["draft_ms"], rtol=1e-6)
     assert prof.captured_sizes == (8, 16, 32, 64)
     # writing over an existing profile replaces it whole
-    write_profile(path, verify.iloc[:4].drop(columns="context"), card)
+    write_profile(path, verify, card)
     again = load_profile(path)
-    assert not again.has_context and not again.drafters
+    assert again.kv_model == "none" and not again.drafters
 
 
 def test_a_trace_set_reads_back_bit_for_bit(tmp_path: Path) -> None:

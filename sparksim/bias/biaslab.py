@@ -39,8 +39,7 @@ def appendix_a_profile() -> Profile:
         card={"source": "published", "hardware": "paper App. A", "model": "-", "dtype": "-",
               "date": "2026-06-27", "command": "sparksim.bias.biaslab.appendix_a_profile()"},
         tokens=tokens,
-        contexts=np.array([np.nan]),
-        step_ms=(1e3 / np.array([1.0, 0.5, 0.45]))[None, :],
+        step_ms=1e3 / np.array([1.0, 0.5, 0.45]),
     )
 
 

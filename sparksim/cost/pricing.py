@@ -70,7 +70,7 @@ class StepCost:
 
     profile: Profile
     draft_s: float  # drafter cost for this step's requests and drafted positions (0: no drafting)
-    context: float  # mean KV context per request, tokens (prices KV in a legacy-grid profile)
+    context: float  # mean KV context per request, tokens (steps.parquet's context_mean; no term reads it)
     kv_s: float = 0.0  # KV reads of the batch and prompt-chunk attention, seconds
     attn_mem_s: float = 0.0  # of kv_s: the decode requests' KV read that attention FLOPs overlap (0: they add)
     attn_token_s: float = 0.0  # attention compute per decode query at this batch's contexts
@@ -102,14 +102,13 @@ class StepCost:
         padded = profile.attention_kv_padded
         # an engine that pads attention to the batch's longest context pays for R times it
         kv_attn = requests * kv_longest if padded and requests else kv_tokens
-        if profile.kv_model != "legacy-grid":
-            if requests:
-                attn_mem_s = profile.attention_s(requests, kv_attn)
-                kv_s = attn_mem_s
-                coef_s = profile.attention_compute_coef_ms / 1e3  # per (query, KV token)
-                attn_token_s = coef_s * kv_attn / requests if coef_s else 0.0
-            for take, prefix in chunks:
-                kv_s += profile.prefill_attention_s(take, prefix)
+        if requests:
+            attn_mem_s = profile.attention_s(requests, kv_attn)
+            kv_s = attn_mem_s
+            coef_s = profile.attention_compute_coef_ms / 1e3  # per (query, KV token)
+            attn_token_s = coef_s * kv_attn / requests if coef_s else 0.0
+        for take, prefix in chunks:
+            kv_s += profile.prefill_attention_s(take, prefix)
         draft_s = drafts_s = 0.0
         if positions:
             draft_s = profile.draft_step_s(requests, positions, drafter, kv_attn)
@@ -136,12 +135,7 @@ class StepCost:
             verified = int(lengths.sum()) if lengths.size else 0
         tokens = self.base_tokens + verified
         prof = self.profile
-        if not self.requests:  # a prompt-only step
-            dense_s = prof.prefill_dense_s(tokens)
-        elif prof.kv_model == "legacy-grid":  # KV priced by the grid at the batch's mean context
-            dense_s = prof.verify_s_scalar(tokens, self.context)
-        else:
-            dense_s = prof.verify_s_scalar(tokens)
+        dense_s = prof.verify_s_scalar(tokens) if self.requests else prof.prefill_dense_s(tokens)
         attention_s = 0.0
         if self.attn_token_s:
             longest = int(lengths.max()) if verified else 0
@@ -204,11 +198,7 @@ class StepCost:
         `longest` gives each batch's longest verified block where the price depends on it
         (`shaped`); the engine charges exactly this (`price(lengths).total_s`).
         """
-        return self.fixed_s + self.profile.verify_s(tokens, self.context) + self.extra_s(tokens, longest)
-
-    def sps(self, tokens: ArrayLike, longest: ArrayLike | None = None) -> NDArray[np.float64]:
-        """Return steps per second for each total batch size in `tokens`."""
-        return 1.0 / self.step_s(tokens, longest)
+        return self.fixed_s + self.profile.verify_s(tokens) + self.extra_s(tokens, longest)
 
     @property
     def captured_sizes(self) -> tuple[int, ...]:

@@ -88,16 +88,17 @@ def load_curves(paths: Sequence[Path], context: float | None = None) -> list[Cur
             warnings.simplefilter("ignore", ProfileWarning)
             prof = load_profile(path)  # validates; raises FormatError naming every problem
         raw = pd.read_csv(Path(path) / "verify.csv")
-        if "context" not in raw.columns:
+        gridded = "context" in raw.columns  # a legacy grid: one curve per context, as measured
+        if not gridded:
             raw["context"] = np.nan
         contexts = sorted(raw["context"].unique())
-        if context is not None and prof.has_context:
+        if context is not None and gridded:
             contexts = [min(contexts, key=lambda c: abs(c - context))]
         source = prof.source
         for c in contexts:
-            rows = raw[raw["context"] == c] if prof.has_context else raw
+            rows = raw[raw["context"] == c] if gridded else raw
             rows = rows.sort_values("tokens")
-            ctx = f", ctx {int(c)}" if prof.has_context else ""
+            ctx = f", ctx {int(c)}" if gridded else ""
             curves.append(Curve(
                 label=f"{prof.name} ({source}{ctx})",
                 tokens=rows["tokens"].to_numpy(np.float64),

@@ -60,7 +60,6 @@ class StepBatch:
         extra_fixed_tokens: int = 0,
         max_tokens: int | None = None,
         draft_s: float = 0.0,
-        context: float = 0.0,
         kv_s: float = 0.0,
         step_index: int = 0,
         accepted: ArrayLike | None = None,
@@ -70,13 +69,13 @@ class StepBatch:
 
         `cost` is the step's price (`StepCost.for_step`, as the engine builds it: its R +
         prompt tokens are the batch's fixed tokens); without it the step costs `draft_s +
-        kv_s` plus the profile's dense table at `context`.
+        kv_s` plus the profile's dense table.
         """
         c = np.atleast_2d(np.asarray(conf, dtype=np.float64))
         r = c.shape[0]
         ids = np.arange(r, dtype=np.int64) if request_ids is None else np.asarray(request_ids, np.int64)
         if cost is None:
-            cost = StepCost(profile=profile, draft_s=draft_s, context=context, kv_s=kv_s,
+            cost = StepCost(profile=profile, draft_s=draft_s, context=0.0, kv_s=kv_s,
                             base_tokens=r + extra_fixed_tokens, requests=r)
         return cls(
             request_ids=ids,

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from sparksim.cost.profile import Profile, context_weight
+from sparksim.cost.profile import Profile
 from sparksim.policies.base import Lengths, StepBatch, StepCost
 from sparksim.step import kernels
 
@@ -63,17 +63,15 @@ class CostTable:
     """Step seconds at every integer batch size, cached between steps.
 
     The path needs step_s at many batch sizes every step; going through
-    `Profile.verify_s` each time costs more than the sort itself, so the verify cost is
-    tabulated once per profile (per profiled context row when the profile has contexts,
-    interpolated in context exactly as `Profile.verify_s` does) and grown on demand. The
-    table keeps whole path windows of it for profiles without context rows. One table per
-    policy instance: the engine owns one policy per replica.
+    `Profile.verify_s` each time costs more than the sort itself, so the dense cost is
+    tabulated once per profile and grown on demand, and whole path windows of it are kept.
+    One table per policy instance: the engine owns one policy per replica.
     """
 
     def __init__(self) -> None:
         self._profile: Profile | None = None
         self._key: tuple[str, bool] = ("", False)
-        self._rows = np.empty((1, 0))  # (C, N) verify seconds at B = 0..N-1 per context row
+        self._dense = np.empty(0)  # (N,) dense seconds at B = 0..N-1
         self._windows: dict[tuple[int, int], NDArray[np.float64]] = {}
         self._captured: tuple[int, ...] = ()
 
@@ -85,26 +83,22 @@ class CostTable:
         on it (`StepCost.shaped`).
         """
         self._ensure(cost.profile, first_tokens + count)
-        out = cost.fixed_s + self._verify(cost, self._rows[:, first_tokens : first_tokens + count])
+        out = cost.fixed_s + self._dense[first_tokens : first_tokens + count]
         if cost.varies:
             out = out + cost.extra_s(np.arange(first_tokens, first_tokens + count), longest)
         return out
 
     def window(self, cost: StepCost, first_tokens: int, count: int) -> NDArray[np.float64]:
-        """Return `step_s` over a whole path's window, its dense part cached when it can be.
+        """Return `step_s` over a whole path's window, its dense part cached.
 
-        A profile without context rows gives the same dense window for the same (first,
-        count), which a steady batch asks for every step; the fixed part (drafting, KV)
-        moves every step and is added afresh. With context rows the whole window moves
-        with the batch's context, so it is computed afresh.
+        The same (first, count) gives the same dense window, which a steady batch asks for
+        every step; the fixed part (drafting, KV) moves every step and is added afresh.
         """
         self._ensure(cost.profile, first_tokens + count)
-        if self._rows.shape[0] > 1:
-            return self.step_s(cost, first_tokens, count)
         key = (first_tokens, count)
         cached = self._windows.get(key)
         if cached is None:
-            cached = self._rows[0, first_tokens : first_tokens + count].copy()
+            cached = self._dense[first_tokens : first_tokens + count].copy()
             cached.flags.writeable = False
             if len(self._windows) >= 16:  # batch sizes wander: keep the cache small
                 self._windows.clear()
@@ -113,16 +107,11 @@ class CostTable:
             return cached + cost.fixed_s + cost.extra_s(np.arange(first_tokens, first_tokens + count))
         return cached + cost.fixed_s
 
-    @property
-    def caches_windows(self) -> bool:
-        """Whether `window` is cached: the profile last tabulated has no context rows."""
-        return self._rows.shape[0] == 1
-
     def step_s_at(self, cost: StepCost, tokens: NDArray[np.int64],
                   longest: NDArray[np.int64] | None = None) -> NDArray[np.float64]:
         """Return step_s(B) for each B in `tokens` (sorted ascending), at its `longest` block if given."""
         self._ensure(cost.profile, int(tokens[-1]) + 1 if tokens.size else 1)
-        out = cost.fixed_s + self._verify(cost, self._rows[:, tokens])
+        out = cost.fixed_s + self._dense[tokens]
         if cost.varies:
             out = out + cost.extra_s(tokens, longest)
         return out
@@ -132,36 +121,20 @@ class CostTable:
         self._ensure(cost.profile, 1)
         return self._captured
 
-    def _verify(self, cost: StepCost, rows: NDArray[np.float64]) -> NDArray[np.float64]:
-        if rows.shape[0] == 1:
-            return rows[0]
-        prof, context = cost.profile, cost.context
-        ctx = prof.contexts
-        if context > ctx[-1]:
-            prof.verify_s(1.0, context)  # lets the profile warn (or raise under strict)
-        lo, w = context_weight(ctx, context)  # the profile's own rule
-        return (1.0 - w) * rows[int(lo)] + w * rows[int(lo) + 1]
-
     def _ensure(self, prof: Profile, end: int) -> None:
         same = prof is self._profile and (prof.mode, prof.strict) == self._key
-        if same and end <= self._rows.shape[1]:
+        if same and end <= self._dense.size:
             return
-        old = self._rows.shape[1] if same else 0
+        old = self._dense.size if same else 0
         # Grow geometrically inside the profiled range, but never past what is asked
         # beyond it, so a strict profile raises only for batches a step really needs.
         size = max(end, min(max(2 * old, 64), prof.max_tokens + 1))
-        tokens = np.arange(size, dtype=np.float64)
-        if prof.has_context and prof.contexts.size > 1:
-            rows = np.stack([prof.verify_s(tokens, float(c)) for c in prof.contexts])
-        else:
-            rows = prof.verify_s(tokens)[None, :]
+        dense = prof.verify_s(np.arange(size, dtype=np.float64))  # (size,)
         # Linear interpolation between equal costs is equal only up to rounding; snap such
         # ulp-level wobbles (< 1e-9 relative) to the cost before, or Θ would "rise" on noise.
-        wobble = np.abs(np.diff(rows, axis=1)) <= 1e-9 * np.abs(rows[:, 1:])  # (C, size - 1)
-        changed = ~wobble.all(axis=0)  # (size - 1,)
+        changed = ~(np.abs(np.diff(dense)) <= 1e-9 * np.abs(dense[1:]))  # (size - 1,)
         keep = np.maximum.accumulate(np.where(np.concatenate([[True], changed]), np.arange(size), 0))
-        rows = rows[:, keep]
-        self._profile, self._key, self._rows = prof, (prof.mode, prof.strict), rows
+        self._profile, self._key, self._dense = prof, (prof.mode, prof.strict), dense[keep]
         self._captured = prof.captured_sizes
         self._windows = {}
 
@@ -209,9 +182,7 @@ class Path:
         hi = n if hi is None else hi
         if self.longest is not None:
             return self.table.step_s(self.cost, self.fixed_tokens + lo, hi - lo + 1, self.longest[lo : hi + 1])
-        if (lo == 0 and hi == n) or self.table.caches_windows:
-            return self.table.window(self.cost, self.fixed_tokens, n + 1)[lo : hi + 1]
-        return self.table.step_s(self.cost, self.fixed_tokens + lo, hi - lo + 1)
+        return self.table.window(self.cost, self.fixed_tokens, n + 1)[lo : hi + 1]
 
     def theta(self) -> NDArray[np.float64]:
         """Return Θ at every k = 0..n, shape (n + 1,), τ summed in the order the kernels sum it."""

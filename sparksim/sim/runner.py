@@ -130,12 +130,6 @@ def load_inputs(
     """
     resolve(scenario.policy.name)  # an unknown policy fails before any file is read
     profile = load_profile(resolve_path(scenario.profile, base), mode=scenario.lookup, strict=strict)
-    if profile.kv_model == "legacy-grid":
-        warnings.warn(
-            f"profile {profile.name!r} is a legacy context grid (no attention.csv): a step's KV is "
-            f"priced at the batch's mean context, as the grid's rows were measured with "
-            f"R = ceil(B / {profile.card.get('tokens_per_request', 8)}) requests; remake it with "
-            "`sparksim profile` for per-request KV", ProfileWarning, stacklevel=2)
     traces = _bounded_by_drafter(scenario, profile, load_traceset(resolve_path(scenario.traces, base)))
     pf = scenario.cluster.prefill
     prefill = (
@@ -298,7 +292,6 @@ def simulate(
         caches = cluster.pool_caches or [e.cache for e in cluster.engines if e.cache is not None]
         extra["prefix_cache"] = {"where": "prefill pool" if cluster.pool_caches else "replicas",
                                  **prefix_cache_summary(caches)}
-    _warn_if_context_clamped(profile, steps_table)
     summary = summarize(scenario, requests, cluster.stats, census, cluster.sampler.domains, extra,
                         gpus_per_replica=scenario.cluster.gpus_per_replica or profile.gpus_per_replica)
     return RunResult(scenario, summary, requests_table, steps_table, violations, wall_s, num_steps, tmp)
@@ -367,34 +360,6 @@ def run_inputs_summary(scenario: Scenario, policy: Any, profile: Profile, traces
                    **({"truncated_from_gamma": int(traces.card["truncated_from_gamma"])}
                       if "truncated_from_gamma" in traces.card else {})},
     }
-
-
-def _warn_if_context_clamped(profile: Profile, steps: pd.DataFrame | Path | None) -> None:
-    """Warn when a legacy-grid profile priced most decode steps below its first context row.
-
-    A streamed table is read a row group at a time, in the two columns this needs.
-    """
-    if profile.kv_model != "legacy-grid" or steps is None:
-        return
-    if isinstance(steps, Path):
-        import pyarrow.parquet as pq
-
-        chunks: Iterable[pd.DataFrame] = (
-            b.to_pandas() for b in pq.ParquetFile(steps).iter_batches(columns=["num_requests", "context_mean"]))
-    else:
-        chunks = (steps,)
-    num_decode = num_below = 0
-    for chunk in chunks:
-        decode = chunk[chunk["num_requests"] > 0]
-        num_decode += len(decode)
-        num_below += int((decode["context_mean"] < profile.contexts[0]).sum())
-    below = num_below / num_decode if num_decode else 0.0
-    if below > 0.5:
-        warnings.warn(
-            f"profile {profile.name!r} is a legacy context grid starting at {profile.contexts[0]:g} "
-            f"tokens, and {below:.0%} of decode steps had a lower mean context: they were priced at "
-            f"{profile.contexts[0]:g} (clamped); a per-request profile (attention.csv) prices every "
-            "context", ProfileWarning, stacklevel=3)
 
 
 def _cost_summary(scenario: Scenario, profile: Profile, policy: Any, requests: pd.DataFrame
