@@ -3,31 +3,41 @@
 A per-round log observes only the positions where rounds started; the importer fills the
 others with the remainder of the round (sparksim/traces/importers.py). These tests check the
 layout against a naive re-implementation, that every replay schedule passes through every
-observed row, that each bad input names its file, line and column, and that the simulator
-runs on an imported set and replays the recorded rounds exactly at full verification.
+observed row, that each bad input names its file, line and column (one case per rule, each
+mutation-checked), that the fast and the line-by-line parses give the same table or the
+same problems, and that the simulator runs on an imported set and replays the recorded
+rounds exactly at full verification.
 """
 
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings, strategies
 from typer.testing import CliRunner
 
+import sparksim.traces.deepspec as deepspec_reader
+import sparksim.traces.problems as problems_module
+import sparksim.traces.rounds as rounds_reader
 from sparksim.cli import app
 from sparksim.errors import ConfigError, FormatError
 from sparksim.sim.runner import load_scenario, simulate
-from sparksim.traces import check_traceset, importers, load_traceset
+from sparksim.traces import check_traceset, load_traceset
 from sparksim.traces.importers import (
+    MAX_PROBLEMS,
     RoundTable,
     import_traces,
     observed_rows,
     read_deepspec,
     read_rounds,
 )
+from sparksim.traces.problems import as_float, as_int, float_column, int_column, trim
 from sparksim.traces.stats import domain_stats
 
 DATA = Path(__file__).parent / "data" / "importers"
@@ -284,6 +294,8 @@ BAD_ROUNDS = {
                        ["line 2, column 'conf_1'", "in [0, 1]"]),
     "missing confidence within proposal_len": ("csv", _csv(l8="12,2,4,3,0.85,0.8,,0.6,chat,25"),
                                                ["line 8, column 'conf_3'", "verified 4 drafts"]),
+    "missing the last verified confidence": ("csv", _csv(l6="12,1,2,2,0.8,,,,chat,25"),
+                                             ["line 6, column 'conf_2'", "verified 2 drafts"]),
     "non-integer accepted": ("csv", _csv(l3="11,1,4,two,0.95,0.9,0.85,0.8,math,40"),
                              ["line 3, column 'accepted'", "not an integer"]),
     "rounds out of order": ("csv", _csv(l3=GOOD_CSV[4], l5=GOOD_CSV[2]),
@@ -302,6 +314,50 @@ BAD_ROUNDS = {
     "accepted > proposal_len (jsonl)": ("jsonl", _jsonl(2, accepted=7), ["line 2, column 'accepted'"]),
     "confidence as text (jsonl)": ("jsonl", _jsonl(7, conf_1="high"), ["line 7, column 'conf_1'"]),
     "empty file": ("csv", "", ["no header or records"]),
+    # one case per rule: each breaks that rule alone, and the first problem names it
+    "blank request id": ("csv", _csv(l4=" ,0,4,1,0.7,0.4,0.3,0.2,chat,25"),
+                         ["line 4, column 'request_id'", "' ' is not a request id"]),
+    "request id a float (jsonl)": ("jsonl", _jsonl(4, request_id=12.5),
+                                   ["line 4, column 'request_id'", "12.5 is not a request id"]),
+    "request id a bool (jsonl)": ("jsonl", _jsonl(2, request_id=True),
+                                  ["line 2, column 'request_id'", "True is not a request id"]),
+    "request id a list (jsonl)": ("jsonl", _jsonl(9, request_id=[13]),
+                                  ["line 9, column 'request_id'", "[13] is not a request id"]),
+    "negative round": ("csv", _csv(l3="11,-1,4,4,0.95,0.9,0.85,0.8,math,40"),
+                       ["line 3, column 'round'", "'-1' is not an integer ≥ 0"]),
+    "round past 2**62 (jsonl)": ("jsonl", _jsonl(3, round=2**62 + 1),
+                                 ["line 3, column 'round'", f"{2**62 + 1} is not an integer ≥ 0"]),
+    "fractional proposal_len (jsonl)": ("jsonl", _jsonl(5, proposal_len=3.5),
+                                        ["line 5, column 'proposal_len'", "3.5 is not an integer ≥ 0"]),
+    "missing accepted": ("csv", _csv(l8="12,2,4,,0.85,0.8,0.7,0.6,chat,25"),
+                         ["line 8, column 'accepted'", "'' is not an integer ≥ 0"]),
+    "first request starting at 2": ("csv", _csv(**{f"l{i}": GOOD_CSV[i - 1].replace(f"11,{r},", f"11,{r + 2},")
+                                                   for i, r in ((2, 0), (3, 1), (5, 2), (7, 3))}),
+                                    ["line 2, column 'round'", "request 11 starts at round 2; rounds must start at 0 or 1"]),
+    "request starting at 1 after a first at 0": (
+        "csv", _csv(**{f"l{i}": GOOD_CSV[i - 1].replace(f"12,{r},", f"12,{r + 1},") for i, r in ((4, 0), (6, 1), (8, 2))}),
+        ["line 4, column 'round'", "request 12 starts at round 1, not 0 like the first request"]),
+    "blank domain": ("csv", _csv(l10="13,1,4,1,0.6,0.5,0.45,0.4, ,"), ["line 10, column 'domain'", "' ' is not a domain name"]),
+    "domain a number (jsonl)": ("jsonl", _jsonl(9, domain=7), ["line 9, column 'domain'", "7 is not a domain name"]),
+    "negative prompt_tokens": ("csv", _csv(l4="12,0,4,1,0.7,0.4,0.3,0.2,chat,-25"),
+                               ["line 4, column 'prompt_tokens'", "'-25' is not an integer ≥ 0"]),
+    "prompt_tokens as text (jsonl)": ("jsonl", _jsonl(6, prompt_tokens="25"),
+                                      ["line 6, column 'prompt_tokens'", "'25' is not an integer ≥ 0"]),
+    "prompt_tokens changes within a request": ("csv", _csv(l8="12,2,4,3,0.85,0.8,0.7,0.6,chat,26"),
+                                               ["line 8, column 'prompt_tokens'",
+                                                "request 12 has prompt_tokens 26 but line 4 gave 25"]),
+    "too few fields": ("csv", _csv(l6="12,1,2,2,0.8,0.6"), ["line 6", "has 6 fields, the header has 10"]),
+    "record that is no object (jsonl)": ("jsonl", "\n".join([*GOOD_JSONL[:4], "[11, 2]", *GOOD_JSONL[5:]]) + "\n",
+                                         ["line 5", "must be a JSON object"]),
+    "first line not JSON (jsonl)": ("jsonl", "\n".join(["{oops", *GOOD_JSONL[1:]]) + "\n", ["line 1", "not valid JSON"]),
+    "column twice": ("csv", _csv(l1=GOOD_CSV[0].replace("prompt_tokens", "domain")),
+                     ["line 1 (the header)", "column 'domain' appears twice"]),
+    "conf column not numbered": ("csv", _csv(l1=GOOD_CSV[0].replace("conf_4", "conf_x")),
+                                 ["line 1 (the header)", "column 'conf_x' is not conf_<k>"]),
+    "no conf columns": ("csv", _csv(l1=GOOD_CSV[0].replace("conf_", "c_")),
+                        ["line 1 (the header)", "missing columns conf_1..conf_γ"]),
+    "γ past MAX_GAMMA": ("csv", _csv(l1=",".join([*GOOD_CSV[0].split(",")[:4], *(f"conf_{k}" for k in range(1, 66))])),
+                         ["line 1 (the header)", "γ = 65 (conf_65) is more than 64"]),
 }
 
 BAD_DEEPSPEC = {
@@ -317,6 +373,22 @@ BAD_DEEPSPEC = {
     "label out of range": (_ds(6, '{"logits": [1.0, 0.8, 0.6, 0.4], "labels": [1, 2, 0, 0]}'),
                            ["line 6, key 'labels'", "not 0 or 1"]),
     "not JSON": (_ds(4, "logits: [2.2, 1.1]"), ["line 4", "not valid JSON"]),
+    # one case per rule: each breaks that rule alone, and the first problem names it
+    "record that is no object": (_ds(2, "[3.0, 2.5]"), ["line 2", "must be a JSON object"]),
+    "missing logits": (_ds(3, '{"labels": [1, 0, 0, 0]}'), ["line 3", "missing key 'logits'"]),
+    "empty logits": (_ds(6, '{"logits": [], "labels": []}'), ["line 6, key 'logits'", "non-empty list"]),
+    "logits not a list": (_ds(1, '{"logits": 2.0, "labels": [1, 1, 0, 0]}'), ["line 1, key 'logits'", "non-empty list"]),
+    "labels not a list": (_ds(2, '{"logits": [3.0, 2.5, 2.0, 1.0], "labels": null}'),
+                          ["line 2, key 'labels'", "as long as 'logits' (4), got NoneType"]),
+    "logit as text": (_ds(3, '{"logits": [0.5, "-0.5", -1.0, -2.0], "labels": [1, 0, 0, 0]}'),
+                      ["line 3, key 'logits'", "value 1 is '-0.5', not a finite number"]),
+    "logit a bool": (_ds(1, '{"logits": [2.0, true, 0.0, -1.0], "labels": [1, 1, 0, 0]}'),
+                     ["line 1, key 'logits'", "value 1 is True, not a finite number"]),
+    "infinite logit": (_ds(6, '{"logits": [1.0, 0.8, -Infinity, 0.4], "labels": [1, 1, 1, 0]}'),
+                       ["line 6, key 'logits'", "value 2 is -inf, not a finite number"]),
+    "label a float": (_ds(1, '{"logits": [2.0, 1.5, 0.0, -1.0], "labels": [1, 1.0, 0, 0]}'),
+                      ["line 1, key 'labels'", "value 1 is 1.0, not 0 or 1"]),
+    "no records": ("\n  \n", ["no records (empty file?)"]),
 }
 
 
@@ -330,7 +402,7 @@ def test_bad_round_tables_name_line_and_column(tmp_path: Path, case: str) -> Non
     msg = str(err.value)
     assert str(path) in msg
     for frag in fragments:
-        assert frag in msg, msg
+        assert frag in err.value.problems[0], msg  # the first problem is the one this case makes
     assert not (tmp_path / "out").exists()  # nothing half-written
 
 
@@ -345,7 +417,7 @@ def test_bad_deepspec_records_name_line_and_key(tmp_path: Path, case: str) -> No
     msg = str(err.value)
     assert str(path) in msg
     for frag in fragments:
-        assert frag in msg, msg
+        assert frag in err.value.problems[0], msg  # the first problem is the one this case makes
 
 
 def test_bad_calibration_and_options(tmp_path: Path) -> None:
@@ -428,7 +500,46 @@ def test_full_verification_replays_the_recorded_rounds(tmp_path: Path, flat_prof
     np.testing.assert_array_equal(done["decode_steps"].to_numpy(), n_rounds[done["trace_request"].to_numpy()])
 
 
-# --------------------------------------------------------------------------- the two readers
+# --------------------------------------------------------------------------- limits
+
+
+def test_limits_name_the_line_past_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Why: MAX_POSITIONS bounds what a file may make us allocate; each reader states it once.
+    monkeypatch.setattr(rounds_reader, "MAX_POSITIONS", 8)  # 9 rounds: one too many
+    with pytest.raises(FormatError, match=r"line 10: more than 8 rounds"):
+        read_rounds(ROUNDS_CSV)
+    monkeypatch.setattr(rounds_reader, "MAX_POSITIONS", 30)  # 9 rounds, 31 positions
+    with pytest.raises(FormatError, match=r"the rounds cover 31 output positions \(limit 30\)"):
+        read_rounds(ROUNDS_JSONL)
+    monkeypatch.setattr(rounds_reader, "MAX_POSITIONS", 31)
+    assert read_rounds(ROUNDS_JSONL).output_tokens.sum() == 31
+    monkeypatch.setattr(deepspec_reader, "MAX_POSITIONS", 5)  # 6 records
+    with pytest.raises(FormatError, match=r"line 6: more than 5 records"):
+        read_deepspec(DUMP / "gsm8k")
+    monkeypatch.setattr(deepspec_reader, "MAX_POSITIONS", 6)  # 6 records, but 19 positions
+    with pytest.raises(ConfigError, match=r"the records cover 19 output positions \(limit 6\)"):
+        read_deepspec(DUMP / "gsm8k")
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_problems_come_in_line_order_and_stop_after_max_problems(tmp_path: Path, fast: bool) -> None:
+    # Why: the rules are checked column by column, but a reader must list what it found line
+    # by line: the first MAX_PROBLEMS, syntax problems (a row of the wrong width) among them.
+    rows = [GOOD_CSV[0]] + [f"{q},0,4,{5 + q % 2},0.9,0.8,0.6,0.5,math,40" for q in range(30)]
+    rows[4] += ",extra"  # line 5: the wrong width, found by the parse
+    path = tmp_path / "many.csv"
+    path.write_text("\n".join(rows) + "\n")
+    with pytest.raises(FormatError) as err:
+        read_rounds(path, fast=fast)
+    got = err.value.problems
+    assert len(got) == MAX_PROBLEMS + 1 and got[-1] == f"(stopped after {MAX_PROBLEMS} problems)"
+    lines = [int(p.split(":")[0].split(",")[0].removeprefix("line ")) for p in got[:-1]]
+    assert lines == list(range(2, 2 + MAX_PROBLEMS))
+    assert got[3].startswith("line 5: has 11 fields")
+    assert got[0] == "line 2, column 'accepted': 5 > proposal_len 4"
+
+
+# --------------------------------------------------------------------------- the parses
 
 
 def _same_tables(a: RoundTable, b: RoundTable) -> None:
@@ -438,23 +549,150 @@ def _same_tables(a: RoundTable, b: RoundTable) -> None:
         np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
 
 
+def _outcome(read: object, *args: object, **kwargs: object) -> tuple[str, object]:
+    """What a reader makes of a file: its table's arrays, or the problems it lists."""
+    try:
+        table = read(*args, **kwargs)  # type: ignore[operator]
+    except FormatError as exc:
+        return "problems", exc.problems
+    fields = ("prompt_tokens", "output_tokens", "offsets", "round_index", "conf", "conf_given",
+              "proposal_len", "accepted", "ended")
+    return "table", (table.source_ids, table.domains, *(getattr(table, f).tolist() for f in fields))
+
+
 @pytest.mark.parametrize("path", [ROUNDS_CSV, ROUNDS_JSONL])
 def test_array_and_line_readers_agree_on_round_tables(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Why: a valid table is read with array operations, an irregular one line by line (which
-    # names each problem); both must give the same rounds, and valid input must take the fast one.
+    # Why: a valid table is parsed at once (pyarrow, one json call), an irregular one line by
+    # line (which names unreadable lines); both must give the same rounds, and valid input
+    # must take the fast parse.
     slow = read_rounds(path, prompt_tokens=7, fast=False)
 
     def no_slow(*args: object, **kwargs: object) -> None:
-        raise AssertionError("a valid table went through the line-by-line reader")
+        raise AssertionError("a valid table went through the line-by-line parse")
 
-    monkeypatch.setattr(importers, "_slow_rounds", no_slow)
+    monkeypatch.setattr(rounds_reader, "_csv_rows", no_slow)
+    monkeypatch.setattr(problems_module, "_json_each_line", no_slow)
     _same_tables(read_rounds(path, prompt_tokens=7), slow)
 
 
 def test_array_and_line_readers_agree_on_dumps(monkeypatch: pytest.MonkeyPatch) -> None:
     slow = read_deepspec(DUMP, max_new_tokens=12, fast=False)
-    monkeypatch.setattr(importers, "_slow_dump", lambda *a, **k: (_ for _ in ()).throw(AssertionError("slow")))
+    monkeypatch.setattr(deepspec_reader, "_json_records", lambda *a, **k: (_ for _ in ()).throw(AssertionError("slow")))
     _same_tables(read_deepspec(DUMP, max_new_tokens=12), slow)
+
+
+@pytest.mark.parametrize("case", sorted(BAD_ROUNDS))
+def test_bad_tables_give_the_same_problems_either_parse(tmp_path: Path, case: str) -> None:
+    kind, text, _ = BAD_ROUNDS[case]
+    path = tmp_path / f"bad.{kind}"
+    path.write_text(text)
+    assert _outcome(read_rounds, path) == _outcome(read_rounds, path, fast=False)
+
+
+@pytest.mark.parametrize("case", sorted(BAD_DEEPSPEC))
+def test_bad_dumps_give_the_same_problems_either_parse(tmp_path: Path, case: str) -> None:
+    path = tmp_path / "gsm8k" / "confidence_records.jsonl"
+    path.parent.mkdir()
+    path.write_text(BAD_DEEPSPEC[case][0])
+    assert _outcome(read_deepspec, tmp_path) == _outcome(read_deepspec, tmp_path, fast=False)
+
+
+CSV_DAMAGE = ["", " ", "-1", "1.5", "x", "nan", "2", "0", "4", "1e0", " 3 ", "0.5", "12", "+1", "1_0",
+              "\uff17", "inf", "2.0", "9" * 20, "1e400", "chat", "13"]
+JSON_DAMAGE = [None, "", " ", -1, 1.5, "x", 2, 0, 4, True, [1], {"a": 1}, "0.5", 2**63, 12, "13", 1.0,
+               float("nan"), 1e308, 0.25, "chat", ...]
+
+
+def _damaged_csv(rng: random.Random) -> str:
+    lines = [line.split(",") for line in GOOD_CSV]
+    for _ in range(rng.randint(1, 3)):
+        fields = lines[rng.randrange(1, len(lines))]
+        what = rng.random()
+        if what < 0.7:
+            fields[rng.randrange(len(fields))] = rng.choice(CSV_DAMAGE)
+        elif what < 0.8:
+            fields.append(rng.choice(CSV_DAMAGE))
+        elif what < 0.9:
+            fields.pop()
+        else:
+            i, j = rng.randrange(1, len(lines)), rng.randrange(1, len(lines))
+            lines[i], lines[j] = lines[j], lines[i]
+    text = "\n".join(",".join(fields) for fields in lines) + "\n"
+    if rng.random() < 0.2:
+        text = text.replace("\n1", "\n\n1", 1)  # a blank line
+    if rng.random() < 0.2:
+        text = text.replace(",chat,", ',"chat",')  # quotes: the csv module parses it
+    return text
+
+
+def _damaged_jsonl(rng: random.Random) -> str:
+    recs: list[object] = [json.loads(line) for line in GOOD_JSONL]
+    for _ in range(rng.randint(1, 3)):
+        i = rng.randrange(len(recs))
+        what = rng.random()
+        rec = recs[i]
+        if what < 0.8 and isinstance(rec, dict):
+            key = rng.choice([*rec, "conf_5"])
+            value = rng.choice(JSON_DAMAGE)
+            if value is ...:
+                rec.pop(key, None)
+            else:
+                rec[key] = value
+        elif what < 0.9:
+            recs[i] = rng.choice([[1, 2], 5, "x"])
+        else:
+            j = rng.randrange(len(recs))
+            recs[i], recs[j] = recs[j], recs[i]
+    lines = [json.dumps(r) for r in recs]
+    if rng.random() < 0.1:
+        lines[rng.randrange(len(lines))] = "{not json"
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("kind", ["csv", "jsonl"])
+def test_the_parse_does_not_change_what_a_damaged_table_reads_as(tmp_path: Path, kind: str) -> None:
+    # Why: the rules are stated once, after the parse; the fast parse may only skip work. So a
+    # file must give the same table, or the same problems, whichever parse read it.
+    rng = random.Random(0)
+    damage = _damaged_csv if kind == "csv" else _damaged_jsonl
+    failed = 0
+    for trial in range(150):
+        path = tmp_path / f"t{trial}.{kind}"
+        path.write_text(damage(rng))
+        fast = _outcome(read_rounds, path, prompt_tokens=3)
+        assert fast == _outcome(read_rounds, path, prompt_tokens=3, fast=False), path.read_text()
+        failed += fast[0] == "problems"
+    assert 30 < failed < 150  # the damage reaches both outcomes
+
+
+def test_the_parse_does_not_change_what_a_damaged_dump_reads_as(tmp_path: Path) -> None:
+    rng = random.Random(1)
+    pool = [None, "", "1", 1.5, -2, 0, 1, 2, True, [1], float("nan"), float("inf"), 2**70, ...]
+    failed = 0
+    for trial in range(150):
+        recs = [json.loads(line) for line in GOOD_DS]
+        for _ in range(rng.randint(1, 2)):
+            rec = recs[rng.randrange(len(recs))]
+            key = rng.choice(["logits", "labels"])
+            what = rng.random()
+            listed = isinstance(rec.get(key), list) and rec[key]
+            if what < 0.6 and listed:
+                rec[key][rng.randrange(len(rec[key]))] = rng.choice(pool[:-1])
+            elif what < 0.8 or not listed:
+                value = rng.choice(pool)
+                if value is ...:
+                    rec.pop(key, None)
+                else:
+                    rec[key] = value
+            else:
+                rec[key] = rec[key][:-1]
+        path = tmp_path / f"t{trial}" / "gsm8k" / "confidence_records.jsonl"
+        path.parent.mkdir(parents=True)
+        path.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+        fast = _outcome(read_deepspec, path.parent.parent)
+        assert fast == _outcome(read_deepspec, path.parent.parent, fast=False), path.read_text()
+        failed += fast[0] == "problems"
+    assert 30 < failed < 150
 
 
 def test_the_line_reader_accepts_what_the_array_reader_leaves_to_it(tmp_path: Path) -> None:
@@ -466,3 +704,61 @@ def test_the_line_reader_accepts_what_the_array_reader_leaves_to_it(tmp_path: Pa
     path = tmp_path / "odd.csv"
     path.write_text(ROUNDS_CSV.read_text().replace(",math,", ',"math",').replace("\n11,2,", "\n\n11,2,"))
     _same_tables(read_rounds(path, prompt_tokens=7), read_rounds(ROUNDS_CSV, prompt_tokens=7))
+    # rows of blank fields are no records, under either parse (arrow reads them as rows)
+    path = tmp_path / "blank_rows.csv"
+    path.write_text(ROUNDS_CSV.read_text().replace("\n12,1,", "\n,,,,,,,,,\n12,1,").replace("\n13,0,", "\n , ,,,,,,,,\n13,0,"))
+    for fast in (True, False):
+        _same_tables(read_rounds(path, prompt_tokens=7, fast=fast), read_rounds(ROUNDS_CSV, prompt_tokens=7))
+
+
+def test_a_json_array_that_joins_lines_is_not_taken_for_records(tmp_path: Path) -> None:
+    # Why: the fast JSONL parse reads all lines as one array; a value split over two lines
+    # (here a string holding "},{") must not pass for two records while another line holds two.
+    lines = list(GOOD_JSONL)
+    lines[1] = lines[1][:-1] + ', "note": "a}'
+    lines[2] = '{b"}'
+    lines[3] = lines[3] + "," + lines[3]
+    path = tmp_path / "joined.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    assert _outcome(read_rounds, path) == _outcome(read_rounds, path, fast=False)
+    assert "line 2: not valid JSON" in _outcome(read_rounds, path)[1][0]  # type: ignore[index]
+
+
+def test_a_dump_record_split_over_lines_is_not_taken_for_a_record(tmp_path: Path) -> None:
+    # Why: pyarrow reads records across line breaks and several on one line; the fast dump
+    # parse must not pair records with the wrong lines when the counts happen to match.
+    lines = list(GOOD_DS)
+    head, tail = lines[0].split('"labels"')
+    lines[0:1] = [head, '"labels"' + tail]  # one record over lines 1-2
+    lines[4] = lines[4] + " " + lines[5]  # line 5 holds two
+    del lines[5]
+    path = tmp_path / "gsm8k" / "confidence_records.jsonl"
+    path.parent.mkdir()
+    path.write_text("\n".join(lines) + "\n")
+    fast = _outcome(read_deepspec, tmp_path)
+    assert fast == _outcome(read_deepspec, tmp_path, fast=False)
+    assert fast[0] == "problems" and fast[1][0].startswith("line 1: not valid JSON")  # type: ignore[index]
+
+
+# --------------------------------------------------------------------------- the coercions
+
+
+FIELD = strategies.text(alphabet="0123456789.eE+- x_", max_size=8)
+
+
+@settings(max_examples=200, deadline=None)
+@given(strategies.lists(FIELD, min_size=1, max_size=12))
+def test_csv_numbers_read_as_python_reads_them(fields: list[str]) -> None:
+    # Why: a plain CSV column is cast by pyarrow, an odd one field by field with float() and
+    # int(); a field must read the same either way (the arrow cast is only a shortcut).
+    trimmed = trim(pa.array(fields, type=pa.string()))
+    stripped = [f.strip() for f in fields]
+    vals, none, ok = float_column(trimmed)
+    want = [None if f == "" else as_float(f) for f in stripped]
+    assert none.tolist() == [f == "" for f in stripped]
+    assert ok.tolist() == [w is not None for w in want]
+    np.testing.assert_array_equal(vals[ok], [w for w in want if w is not None])
+    ints, none, ok = int_column(trimmed)
+    want_int = [None if f == "" else as_int(f) for f in stripped]
+    assert ok.tolist() == [w is not None for w in want_int]
+    assert ints[ok].tolist() == [min(w, 2**63 - 1) for w in want_int if w is not None]
