@@ -57,3 +57,44 @@ def test_a_sweep_folder_has_one_permission_for_every_file(umask: int, tmp_path: 
     files = [p for p in out.iterdir() if p.is_file()]
     assert {"sweep.parquet", "sweep.csv", "sweep.yaml"} <= {p.name for p in files}
     assert {p.name: mode(p) for p in files} == {p.name: 0o666 & ~umask for p in files}
+
+
+def _dead_pid() -> int:
+    """A process id that ran and has exited (reaped), so no process holds it now."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
+    return int(proc.stdout)
+
+
+def test_what_a_killed_process_left_is_removed_by_the_next_write_beside_it(tmp_path: Path) -> None:
+    # Why: a run killed outright (SIGKILL, a lost node) cannot remove its temporary folder;
+    # a million-request run's streamed records are gigabytes, and they would pile up beside
+    # the results. Only a gone process's, only this host's: another run may be writing now.
+    import socket
+
+    from sparksim.atomic import owned_prefix, remove_orphans
+    from sparksim.sim.runner import records_folder
+
+    host, dead = socket.gethostname(), _dead_pid()
+    killed = tmp_path / f".out.records-{host}-{dead}-abc"
+    running = tmp_path / f".out.records-{host}-{os.getppid()}-abc"  # a live process: our parent
+    elsewhere = tmp_path / f".out.records-some-other-host-{dead}-abc"
+    old_style = tmp_path / ".out.records-xyz"  # no owner in its name: left alone
+    for folder in (killed, running, elsewhere, old_style):
+        (folder / "steps.parquet").parent.mkdir()
+        (folder / "steps.parquet").write_bytes(b"x")
+    with records_folder(tmp_path / "out") as mine:
+        assert mine.name.startswith(owned_prefix(".out.records-"))
+        assert not killed.exists()
+        assert running.exists() and elsewhere.exists() and old_style.exists()
+    assert not mine.exists()
+    # atomic writes clean their own stem the same way, and not the records'
+    left = tmp_path / f".out.{host}-{dead}-q.tmp"
+    left.mkdir()
+    with atomic_dir(tmp_path / "out") as tmp:
+        (tmp / "summary.json").write_text("{}")
+    assert not left.exists() and running.exists()
+    assert remove_orphans(tmp_path, ".out.records-") == []

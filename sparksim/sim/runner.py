@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sparksim.atomic import atomic_dir
+from sparksim.atomic import atomic_dir, owned_prefix, remove_orphans
 from sparksim.config import (
     Scenario,
     apply_overrides,
@@ -305,9 +305,13 @@ def _table(cols: Columns) -> pd.DataFrame | Path:
 @contextlib.contextmanager
 def records_folder(out: Path) -> Iterator[Path]:
     """Yield a temporary folder beside the results folder `out` for a run to stream its tables
-    into (`simulate`'s `records_dir`), removed on leaving; `write_results` links the files from it."""
+    into (`simulate`'s `records_dir`), removed on leaving; `write_results` links the files from it.
+
+    One a killed run left beside `out` (its process gone) is removed first.
+    """
     out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=f".{out.name}.records-", dir=out.parent) as name:
+    remove_orphans(out.parent, f".{out.name}.records-")
+    with tempfile.TemporaryDirectory(prefix=owned_prefix(f".{out.name}.records-"), dir=out.parent) as name:
         yield Path(name)
 
 
