@@ -233,7 +233,7 @@ try:
 except ImportError:
     print("no figure: matplotlib is not installed (pip install -e \".[plot]\")", file=sys.stderr)
 else:
-    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5.2))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(15, 5.2))
     for name, table in tables.items():
         if name != "as cited":
             two = table[table["policy"] == "two-step"]
@@ -252,7 +252,9 @@ else:
               title="two-step's step at its mean batch, by term")
     for ax in (left, right):
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
+    left.legend(fontsize=8, loc="lower left")
+    # beside the panel: inside it the legend would cover the lines it names
+    right.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     OUT.mkdir(parents=True, exist_ok=True)
     figure_path = OUT / "production-load.png"

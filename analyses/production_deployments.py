@@ -276,9 +276,10 @@ for name in ("deepseek prefill", "sglang prefill"):
 # ## The all-to-all at DeepEP's measured speed
 #
 # Both decode steps are bound by their all-to-alls, which the model prices at 0.86 × 50 GB/s
-# per GPU with dispatch and combine both in the weights' FP8. DeepEP's README (low-latency
-# kernels, H800 + CX7 400 Gb/s, 128 tokens per batch, hidden 7168, top-8, FP8 dispatch and
-# BF16 combine, as DeepSeek's service runs them) measures, at EP128, dispatch 192 µs and
+# per GPU, the dispatch in FP8 (with its scales) and the combine in BF16 as DeepEP runs them
+# (`sparksim.cost.parallelism.collective_ms`). A check on that price: DeepEP's README
+# (low-latency kernels, H800 + CX7 400 Gb/s, 128 tokens per batch, hidden 7168, top-8, FP8
+# dispatch and BF16 combine, as DeepSeek's service runs them) measures, at EP128, dispatch 192 µs and
 # combine 369 µs (39 GB/s each); at EP64 173–186 µs and 314–353 µs (the README's revisions).
 # The decode step with its all-to-all at those figures instead (EP128's for DeepSeek, EP64's
 # upper pair for SGLang; per micro-batch, scaled by its tokens per GPU over 128; two

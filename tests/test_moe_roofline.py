@@ -115,8 +115,10 @@ def test_expert_parallel_keeps_dense_parts_on_every_gpu_and_splits_experts() -> 
     acts_kv = dense_bytes(DSV3, t, dtype_bytes=1, parallel=dp8) - ((weights - routed) + routed / 8)
     assert got == pytest.approx((weights - routed) + routed / 8 + acts_kv)
     a2a = collective_ms(H200, DSV3, t, dtype_bytes=1, parallel=dp8)
-    want = 2 * DSV3.moe_layers * (H200.collective_latency_us / 1e3 + (t / 8) * 8 * DSV3.hidden * 1
-                                  * 7 / 8 / (H200.link_bytes_per_s * H200.link_eff) * 1e3)
+    # dispatch: FP8 values and a float32 scale per 128; combine: BF16 (DeepEP's setting)
+    want = DSV3.moe_layers * sum(H200.collective_latency_us / 1e3 + (t / 8) * 8 * DSV3.hidden * s
+                                 * 7 / 8 / (H200.link_bytes_per_s * H200.link_eff) * 1e3
+                                 for s in (1 + 4 / 128, 2))
     np.testing.assert_allclose(a2a, want, rtol=1e-12)
 
 
@@ -152,17 +154,36 @@ def test_a_multi_node_all_to_all_sends_the_off_node_share_over_the_network() -> 
     h800 = GPUS["h800"]
     t = np.array([1024.0, 8192.0])
     ep = Parallelism(32, "dp-ep", nodes=4)
-    sent = (t / 32) * DSV3.experts_per_token * DSV3.hidden * 1  # FP8 bytes each GPU sends
-    nvlink = sent * 7 / 32 * 1e3 / (h800.link_bytes_per_s * h800.link_eff)
-    network = sent * 24 / 32 * 1e3 / (h800.internode_bytes_per_s * h800.internode_eff)
-    assert np.all(network > nvlink)  # 50 GB/s of InfiniBand is the bottleneck
-    want = 2 * DSV3.moe_layers * (h800.collective_latency_us / 1e3 + network)
+    lat = h800.collective_latency_us / 1e3
+    want = 0.0
+    for s in (1 + 4 / 128, 2):  # dispatch FP8 (+ its scales), combine BF16
+        sent = (t / 32) * DSV3.experts_per_token * DSV3.hidden * s  # bytes each GPU sends
+        nvlink = sent * 7 / 32 * 1e3 / (h800.link_bytes_per_s * h800.link_eff)
+        network = sent * 24 / 32 * 1e3 / (h800.internode_bytes_per_s * h800.internode_eff)
+        assert np.all(network > nvlink)  # 50 GB/s of InfiniBand is the bottleneck
+        want = want + DSV3.moe_layers * (lat + network)
     np.testing.assert_allclose(collective_ms(h800, DSV3, t, dtype_bytes=1, parallel=ep), want, rtol=1e-12)
     # one node of the same 8 GPUs: NVLink only, as before
     one = Parallelism(8, "dp-ep")
-    nv8 = (t / 8) * DSV3.experts_per_token * DSV3.hidden * 7 / 8 * 1e3 / (h800.link_bytes_per_s * h800.link_eff)
+    nv8 = [(t / 8) * DSV3.experts_per_token * DSV3.hidden * s * 7 / 8 * 1e3 / (h800.link_bytes_per_s * h800.link_eff)
+           for s in (1 + 4 / 128, 2)]
     np.testing.assert_allclose(collective_ms(h800, DSV3, t, dtype_bytes=1, parallel=one),
-                               2 * DSV3.moe_layers * (h800.collective_latency_us / 1e3 + nv8), rtol=1e-12)
+                               DSV3.moe_layers * (2 * lat + nv8[0] + nv8[1]), rtol=1e-12)
+
+
+def test_an_fp8_model_dispatches_in_fp8_and_combines_in_bf16() -> None:
+    """DeepEP's DeepSeek-V3/R1 setting ("FP8 dispatching and BF16 combining"): of an FP8
+    model's two all-to-alls only the dispatch is FP8; a BF16 model pays BF16 both ways, and
+    tensor parallelism's all-reduces carry BF16 activations whatever the weights."""
+    t = np.array([64.0, 4096.0])
+    dp8 = Parallelism(8, "dp-ep")
+    fp8, bf16 = (collective_ms(H200, DSV3, t, dtype_bytes=b, parallel=dp8) for b in (1, 2))
+    lat = 2 * DSV3.moe_layers * H200.collective_latency_us / 1e3
+    # the bytes' part scales with the bytes a value: (1 + 1/32 + 2) against 2 + 2
+    np.testing.assert_allclose((fp8 - lat) / (bf16 - lat), (1 + 4 / 128 + 2) / 4, rtol=1e-12)
+    tp8 = Parallelism(8, "tp")
+    np.testing.assert_allclose(collective_ms(H200, MOE, t, dtype_bytes=1, parallel=tp8),
+                               collective_ms(H200, MOE, t, dtype_bytes=2, parallel=tp8), rtol=0)
 
 
 def test_dual_batch_overlap_pays_the_larger_of_compute_and_communication_not_their_sum() -> None:

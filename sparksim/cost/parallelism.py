@@ -18,6 +18,10 @@ from sparksim.cost.models import ModelSpec
 from sparksim.errors import ConfigError
 from sparksim.hardware import HardwareSpec, grouped_gemm_eff
 
+# an FP8 model's hidden states between GPUs travel in BF16 (`collective_ms`)
+FP8_ACTIVATION_BYTES = 2
+FP8_DISPATCH_BYTES = 1 + 4 / 128  # an FP8 value, and a float32 scale per 128 channels
+
 
 @dataclass(frozen=True)
 class Parallelism:
@@ -128,6 +132,12 @@ def collective_ms(hw: HardwareSpec, model: ModelSpec, tokens: ArrayLike, *, dtyp
     busy at once: latency + max(NVLink bytes / (link · link_eff), network bytes /
     (internode · internode_eff)). With one node this is (T/G) · k · hidden · s · (G−1)/G over NVLink.
     An all-to-all ends when its most-loaded receiver does: the bytes are × `expert_imbalance`.
+
+    s is the activations' size: the weights' dtype, except that an FP8 model's GEMMs read FP8
+    weights while its hidden states, all-reduced or combined, are BF16 (2 bytes). The one
+    FP8 transfer is an FP8 model's dispatch, which DeepEP sends in FP8 (1 byte a value, and a
+    float32 scale per 128 channels): deepseek-ai/DeepEP's README benchmarks "FP8 dispatching and BF16
+    combining", the DeepSeek-V3/R1 setting, for its normal and low-latency kernels alike.
     """
     t = np.asarray(tokens, dtype=np.float64)
     g = parallel.gpus
@@ -135,15 +145,22 @@ def collective_ms(hw: HardwareSpec, model: ModelSpec, tokens: ArrayLike, *, dtyp
         return np.zeros_like(t)
     lat_ms = hw.collective_latency_us / 1e3
     per_byte_ms = 1e3 / (hw.link_bytes_per_s * hw.link_eff)
+    act_bytes = FP8_ACTIVATION_BYTES if dtype_bytes == 1 else dtype_bytes
     if parallel.mode == "tp":
-        one = lat_ms + 2 * (g - 1) / g * t * model.hidden * dtype_bytes * per_byte_ms
+        one = lat_ms + 2 * (g - 1) / g * t * model.hidden * act_bytes * per_byte_ms
         return 2 * model.num_layers * one
-    # bytes each GPU sends, and the most-loaded GPU receives
-    sent = (t / g) * model.experts_per_token * model.hidden * dtype_bytes * parallel.expert_imbalance
     local = parallel.gpus_per_node
-    nvlink_ms = sent * (local - 1) / g * per_byte_ms  # to the other GPUs of its node
-    network_ms = sent * (g - local) / g * 1e3 / (hw.internode_bytes_per_s * hw.internode_eff)
-    return 2 * model.moe_layers * (lat_ms + np.maximum(nvlink_ms, network_ms))  # both links at once
+
+    def all_to_all_ms(value_bytes: float) -> NDArray[np.float64]:
+        # bytes each GPU sends, and the most-loaded GPU receives; both links busy at once
+        sent = (t / g) * model.experts_per_token * model.hidden * value_bytes * parallel.expert_imbalance
+        nvlink_ms = sent * (local - 1) / g * per_byte_ms  # to the other GPUs of its node
+        network_ms = sent * (g - local) / g * 1e3 / (hw.internode_bytes_per_s * hw.internode_eff)
+        return lat_ms + np.maximum(nvlink_ms, network_ms)
+
+    # an FP8 model dispatches FP8 values with one float32 scale per 128 (DeepEP's layout)
+    dispatch_bytes = FP8_DISPATCH_BYTES if dtype_bytes == 1 else act_bytes
+    return model.moe_layers * (all_to_all_ms(dispatch_bytes) + all_to_all_ms(act_bytes))
 
 
 def overlapped(compute_ms: ArrayLike, comm_ms: ArrayLike, parallel: Parallelism) -> NDArray[np.float64]:
