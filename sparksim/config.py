@@ -24,11 +24,11 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from sparksim.config_sections import (
     ClusterConfig,
+    ConfigModel,
     PolicyConfig,
     RunConfig,
     SLOConfig,
     WorkloadConfig,
-    _Model,
 )
 from sparksim.errors import ConfigError
 
@@ -39,7 +39,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 MAX_RUN_REQUESTS = 10_000_000
 
 
-class Scenario(_Model):
+class Scenario(ConfigModel):
     """One simulation. `Scenario()` is the embedded default scenario."""
 
     name: str = "default"

@@ -14,11 +14,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sparksim.hardware import GPU_MEMORY_UTILIZATION
 
 
-class _Model(BaseModel):
+class ConfigModel(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=False)
 
 
-class PrefillConfig(_Model):
+class PrefillConfig(ConfigModel):
     """How prompts are prefilled: on a separate pool, or chunked into the decode steps."""
 
     mode: Literal["disaggregated", "colocated"] = "disaggregated"
@@ -42,7 +42,7 @@ class PrefillConfig(_Model):
     )
 
 
-class PrefixCacheConfig(_Model):
+class PrefixCacheConfig(ConfigModel):
     """Automatic prefix caching (vLLM's): full blocks of shared prompt prefixes stay cached."""
 
     enabled: bool = Field(
@@ -53,7 +53,7 @@ class PrefixCacheConfig(_Model):
                               "(vLLM's default block size)")
 
 
-class ClusterConfig(_Model):
+class ClusterConfig(ConfigModel):
     """Decode replicas, routing, capacity limits and the engine pipeline."""
 
     replicas: int = Field(1, gt=0)
@@ -97,7 +97,7 @@ class ClusterConfig(_Model):
         return self
 
 
-class LengthDist(_Model):
+class LengthDist(ConfigModel):
     """A lognormal length distribution, clipped to [min, max] tokens."""
 
     mu: float = 6.0
@@ -112,13 +112,13 @@ class LengthDist(_Model):
         return self
 
 
-class LengthsConfig(_Model):
+class LengthsConfig(ConfigModel):
     source: Literal["traces", "lognormal"] = "traces"
     prompt: LengthDist = Field(default_factory=lambda: LengthDist(mu=6.5, sigma=0.7, min=16, max=8192))
     output: LengthDist = Field(default_factory=lambda: LengthDist(mu=6.0, sigma=0.8, min=1, max=4096))
 
 
-class PrefixConfig(_Model):
+class PrefixConfig(ConfigModel):
     """Shared prompt prefixes (a system prompt per group), as vLLM's prefix benchmarks and
     inference-perf's shared_prefix declare them."""
 
@@ -127,7 +127,7 @@ class PrefixConfig(_Model):
                         "prompt shares its own length)")
 
 
-class WorkloadConfig(_Model):
+class WorkloadConfig(ConfigModel):
     """Who sends requests, when, and with which lengths and domains."""
 
     kind: Literal["closed", "poisson", "gamma", "replay"] = "closed"
@@ -182,7 +182,7 @@ class PolicyConfig(BaseModel):
         return dict(self.model_extra or {})
 
 
-class RecordsConfig(_Model):
+class RecordsConfig(ConfigModel):
     steps: bool = Field(True, description="keep the per-step table (held in memory, it grows with the steps)")
     # the tables are the same either way (the files byte for byte); only where they are held differs
     stream: Literal["auto"] | bool = Field(
@@ -190,7 +190,7 @@ class RecordsConfig(_Model):
         "(when the run writes a results folder, as `sparksim run` does)")
 
 
-class RunConfig(_Model):
+class RunConfig(ConfigModel):
     """How long to simulate and which window counts as steady state."""
 
     duration_s: float = Field(60.0, gt=0, description="simulated horizon, seconds")
@@ -208,7 +208,7 @@ class RunConfig(_Model):
         return 0.1 * self.duration_s if self.cooldown_s is None else self.cooldown_s
 
 
-class SLOConfig(_Model):
+class SLOConfig(ConfigModel):
     """Service-level objectives for goodput; None disables a bound."""
 
     ttft_ms: float | None = Field(None, gt=0)

@@ -20,13 +20,13 @@ from sparksim.cost.models import ModelSpec
 from sparksim.cost.parallelism import (
     SINGLE,
     Parallelism,
-    _routed_flops,
-    _routed_priced_apart,
-    _slots_touched,
     collective_ms,
     routed_compute_ms,
+    routed_flops,
+    routed_priced_apart,
+    slots_touched,
 )
-from sparksim.cost.target_step import LOGIT_BYTES, _layer_act_elems, _roofline_ms, kv_dtype_bytes
+from sparksim.cost.target_step import LOGIT_BYTES, kv_dtype_bytes, layer_act_elems, roofline_ms
 from sparksim.errors import ConfigError
 from sparksim.hardware import MLA_ATTN_MEM_EFF, HardwareSpec
 
@@ -101,11 +101,11 @@ DRAFTER_SOURCES = {
 }
 
 
-def _fc_params(model: ModelSpec, d: DrafterShape) -> int:
+def fc_params(model: ModelSpec, d: DrafterShape) -> int:
     return d.num_target_features * model.hidden * model.hidden
 
 
-def _head_params(model: ModelSpec, d: DrafterShape) -> int:
+def head_params(model: ModelSpec, d: DrafterShape) -> int:
     return (d.draft_vocab or model.vocab) * model.hidden
 
 
@@ -149,7 +149,7 @@ def draft_flops(
     vocab = d.draft_vocab or model.vocab
     layers = _drafter_layer_active(model, d)
     if d.kind != "block":  # one pass of r tokens per position, each attending to the context
-        per_pass = (2.0 * (layers + _fc_params(model, d) + _head_params(model, d)) * r
+        per_pass = (2.0 * (layers + fc_params(model, d) + head_params(model, d)) * r
                     + attn * r * c)
         return p * per_pass
     block = r * p  # tokens through the backbone
@@ -157,7 +157,7 @@ def draft_flops(
     kv_proj = model.hidden * _drafter_kv_elems(model, d) / max(d.num_layers, 1)
     return (
         2.0 * layers * block
-        + 2.0 * (_fc_params(model, d) + d.num_layers * kv_proj) * injected
+        + 2.0 * (fc_params(model, d) + d.num_layers * kv_proj) * injected
         + attn * block * (c + p)  # the block attends to the context and to itself
         + 2.0 * (vocab * model.hidden + d.markov_rank * vocab) * block
     )
@@ -180,17 +180,17 @@ def draft_bytes(
     kv_elems = _drafter_kv_elems(model, d)
     kv_s = kv_dtype_bytes(model, dtype_bytes)
     vocab = d.draft_vocab or model.vocab
-    act_per_token = (dtype_bytes * (d.num_layers * _layer_act_elems(model) + model.hidden)
+    act_per_token = (dtype_bytes * (d.num_layers * layer_act_elems(model) + model.hidden)
                      + LOGIT_BYTES * vocab)
     if d.kind != "block":  # every pass reads the weights and the context's KV again
-        weights = dtype_bytes * (_drafter_layer_read(model, d, r) + _fc_params(model, d)
-                                 + _head_params(model, d))
+        weights = dtype_bytes * (_drafter_layer_read(model, d, r) + fc_params(model, d)
+                                 + head_params(model, d))
         per_pass = weights + r * c * kv_elems * kv_s + r * (
             act_per_token + kv_elems * kv_s)
         return p * per_pass
     block = r * p
-    weights = dtype_bytes * (_drafter_layer_read(model, d, block) + _fc_params(model, d)
-                             + _head_params(model, d))
+    weights = dtype_bytes * (_drafter_layer_read(model, d, block) + fc_params(model, d)
+                             + head_params(model, d))
     injected = r * d.injected_tokens_per_request
     markov = p * dtype_bytes * d.markov_rank * vocab  # the sequential loop reads W2 per position
     kv_read = r * (c + p) * kv_elems * kv_s
@@ -240,15 +240,15 @@ def roofline_draft_ms(
         if not d.moe:
             return total
         routed = dtype_bytes * d.num_layers * model.experts_touched(tokens) * model.expert_params
-        slots = dtype_bytes * d.num_layers * _slots_touched(model, parallel, tokens) * model.expert_params
+        slots = dtype_bytes * d.num_layers * slots_touched(model, parallel, tokens) * model.expert_params
         return (total - routed) + slots / g
 
     def roofline(b: NDArray[np.float64], f: NDArray[np.float64], tokens: NDArray[np.float64]) -> NDArray[np.float64]:
-        if not (d.moe and _routed_priced_apart(model, dtype_bytes, parallel)):
-            return _roofline_ms(hw, b, f / g, dtype_bytes)
+        if not (d.moe and routed_priced_apart(model, dtype_bytes, parallel)):
+            return roofline_ms(hw, b, f / g, dtype_bytes)
         routed = routed_compute_ms(hw, model, tokens, expert_layers=d.num_layers,
                                    dtype_bytes=dtype_bytes, parallel=parallel)
-        return _roofline_ms(hw, b, (f - _routed_flops(model, d.num_layers, tokens)) / g, dtype_bytes, routed)
+        return roofline_ms(hw, b, (f - routed_flops(model, d.num_layers, tokens)) / g, dtype_bytes, routed)
 
     if d.kind != "block":
         one = roofline(per_gpu(draft_bytes(model, d, r, context, positions=1, dtype_bytes=dtype_bytes), r),

@@ -106,7 +106,7 @@ class Parallelism:
 SINGLE = Parallelism()
 
 
-def _slots_touched(model: ModelSpec, parallel: Parallelism, tokens: ArrayLike) -> NDArray[np.float64]:
+def slots_touched(model: ModelSpec, parallel: Parallelism, tokens: ArrayLike) -> NDArray[np.float64]:
     """Expected routed-expert slots one MoE layer reads over the replica for `tokens` tokens.
 
     Without copies, the distinct experts touched (`ModelSpec.experts_touched`). With N
@@ -170,14 +170,14 @@ def overlapped(compute_ms: ArrayLike, comm_ms: ArrayLike, parallel: Parallelism)
     return np.maximum(c, m) if parallel.micro_batches == 2 else c + m
 
 
-def _routed_priced_apart(model: ModelSpec, dtype_bytes: int, parallel: Parallelism) -> bool:
+def routed_priced_apart(model: ModelSpec, dtype_bytes: int, parallel: Parallelism) -> bool:
     """Whether the routed experts' GEMMs get their own price: DeepGEMM's table covers FP8
     grouped GEMMs, and an uneven expert load slows them alone. Otherwise they are GEMMs like
     the rest, summed with them (so BF16 MoE profiles keep their numbers to the last bit)."""
     return model.is_moe and (dtype_bytes == 1 or parallel.expert_imbalance != 1.0)
 
 
-def _routed_flops(model: ModelSpec, expert_layers: int, tokens: ArrayLike) -> NDArray[np.float64]:
+def routed_flops(model: ModelSpec, expert_layers: int, tokens: ArrayLike) -> NDArray[np.float64]:
     """FLOPs of the routed experts' GEMMs: each token through its k experts in `expert_layers` layers."""
     return (2.0 * expert_layers * model.experts_per_token * model.expert_params
             * np.asarray(tokens, dtype=np.float64))
@@ -196,7 +196,7 @@ def routed_compute_ms(hw: HardwareSpec, model: ModelSpec, tokens: ArrayLike, *, 
     if not model.is_moe:
         return np.zeros_like(t)
     imbalance = parallel.expert_imbalance
-    flops = _routed_flops(model, expert_layers, t) / parallel.gpus * imbalance
+    flops = routed_flops(model, expert_layers, t) / parallel.gpus * imbalance
     if model.is_moe and dtype_bytes == 1:  # DeepGEMM's grouped FP8 kernels
         per_expert = imbalance * t * model.experts_per_token / parallel.expert_slots(model)
         eff = grouped_gemm_eff(per_expert)

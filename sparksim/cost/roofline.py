@@ -28,13 +28,13 @@ from sparksim.cost.draft_step import (
     EAGLE3,
     MTP_1,
     DrafterShape,
-    _fc_params,
-    _head_params,
     draft_bytes,
     draft_flops,
     draft_kv_ms_per_token,
     drafter_presets,
+    fc_params,
     graph_draft_ms,
+    head_params,
     roofline_draft_ms,
 )
 from sparksim.cost.models import ModelSpec
@@ -48,13 +48,13 @@ from sparksim.cost.parallelism import (
 from sparksim.cost.target_step import (
     DTYPE_BYTES,
     LOGIT_BYTES,
-    _layer_act_elems,
     attention_compute_coef_ms,
     attention_ms,
     dense_bytes,
     dense_verify_ms,
     graph_verify_ms,
     kv_dtype_bytes,
+    layer_act_elems,
     prefill_attention_coef_ms,
     roofline_verify_ms,
     verify_flops,
@@ -206,7 +206,7 @@ def _draft_table(
 def activation_reserve_bytes(model: ModelSpec, max_tokens: int, dtype_bytes: int) -> int:
     """Estimate the activation memory an engine keeps free: one layer's activations and the
     float32 logits of a `max_tokens` step (what vLLM's start-up profiling run peaks at)."""
-    return int(max_tokens * (dtype_bytes * _layer_act_elems(model) + LOGIT_BYTES * model.vocab))
+    return int(max_tokens * (dtype_bytes * layer_act_elems(model) + LOGIT_BYTES * model.vocab))
 
 
 def _card(
@@ -223,8 +223,8 @@ def _card(
         main = drafters[0]
         main_layers = (main.num_layers * model.moe_layer_params if main.moe
                        else main.num_layers * model.layer_params)
-        weights += dtype_bytes * (main_layers + _fc_params(model, main)
-                                  + (_head_params(model, main) if main.draft_vocab else 0))
+        weights += dtype_bytes * (main_layers + fc_params(model, main)
+                                  + (head_params(model, main) if main.draft_vocab else 0))
     g = parallel.gpus
     replicated = 0  # dp-ep keeps attention, dense layers and embeddings on every GPU
     if parallel.mode == "dp-ep":  # and the redundant experts' copies

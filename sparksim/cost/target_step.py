@@ -23,12 +23,12 @@ from sparksim.cost.models import ModelSpec
 from sparksim.cost.parallelism import (
     SINGLE,
     Parallelism,
-    _routed_flops,
-    _routed_priced_apart,
-    _slots_touched,
     collective_ms,
     overlapped,
     routed_compute_ms,
+    routed_flops,
+    routed_priced_apart,
+    slots_touched,
 )
 from sparksim.errors import ConfigError
 from sparksim.hardware import DTYPE_BYTES as HW_DTYPE_BYTES
@@ -50,7 +50,7 @@ def kv_dtype_bytes(model: ModelSpec, dtype_bytes: int) -> int:
     return MLA_KV_DTYPE_BYTES if model.is_mla else dtype_bytes
 
 
-def _layer_act_elems(model: ModelSpec) -> int:
+def layer_act_elems(model: ModelSpec) -> int:
     """Activation elements one layer reads and writes per token: each matmul's input and output."""
     if model.is_mla:
         qk = model.qk_nope_head_dim + model.qk_rope_head_dim
@@ -97,19 +97,19 @@ def dense_bytes(model: ModelSpec, tokens: ArrayLike, *, dtype_bytes: int = 2,
     if parallel.mode == "dp-ep":  # all but the routed experts are on every GPU; each GPU reads
         # the touched slots it hosts, 1/G of them
         routed = model.moe_layers * model.experts_touched(t) * model.expert_params
-        slots = model.moe_layers * _slots_touched(model, parallel, t) * model.expert_params
+        slots = model.moe_layers * slots_touched(model, parallel, t) * model.expert_params
         weights = (read - routed) + slots / g
     else:
         weights = read / g
     kv_elems = model.kv_bytes_per_token * g / parallel.kv_split(model)  # copies kept, all GPUs
     acts = t * (
-        dtype_bytes * (model.num_layers * _layer_act_elems(model) + model.hidden)
+        dtype_bytes * (model.num_layers * layer_act_elems(model) + model.hidden)
         + LOGIT_BYTES * model.vocab
     )
     return dtype_bytes * weights + (t * kv_elems * kv_dtype_bytes(model, dtype_bytes) + acts) / g
 
 
-def _roofline_ms(
+def roofline_ms(
     hw: HardwareSpec, bytes_moved: NDArray[np.float64], flops: NDArray[np.float64], dtype_bytes: int,
     routed_ms: ArrayLike = 0.0,
 ) -> NDArray[np.float64]:
@@ -133,12 +133,12 @@ def dense_verify_ms(
     b = dense_bytes(model, tokens, dtype_bytes=dtype_bytes, parallel=parallel)
     f = verify_flops(model, tokens) / parallel.gpus
     routed: ArrayLike = 0.0
-    if _routed_priced_apart(model, dtype_bytes, parallel):  # the routed experts at their own price
-        f = f - _routed_flops(model, model.moe_layers, tokens) / parallel.gpus
+    if routed_priced_apart(model, dtype_bytes, parallel):  # the routed experts at their own price
+        f = f - routed_flops(model, model.moe_layers, tokens) / parallel.gpus
         routed = routed_compute_ms(hw, model, tokens, expert_layers=model.moe_layers,
                                    dtype_bytes=dtype_bytes, parallel=parallel)
     return hw.step_overhead_ms + overlapped(
-        _roofline_ms(hw, b, f, dtype_bytes, routed),
+        roofline_ms(hw, b, f, dtype_bytes, routed),
         collective_ms(hw, model, tokens, dtype_bytes=dtype_bytes, parallel=parallel), parallel)
 
 

@@ -145,7 +145,7 @@ def _arrow_records(text: str) -> _Records | None:
             parse_options=pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"),
         )
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return None
+        return None  # arrow cannot read it whole: the line-by-line parse names the bad lines
     logits = table.column("logits").combine_chunks()
     labels = table.column("labels").combine_chunks()
     if table.num_rows != numbered.size or logits.null_count or labels.null_count:

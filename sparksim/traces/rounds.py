@@ -248,7 +248,7 @@ def _csv_plain(text: str, width: int) -> tuple[NDArray[np.int64], list[pa.Array]
             convert_options=pacsv.ConvertOptions(column_types=dict.fromkeys(names, pa.string())),
         )
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return None
+        return None  # arrow cannot read it whole: the line-by-line parse names the bad lines
     # arrow skips empty lines ("" or "\r"): the rows are the other lines after the header
     raw = np.frombuffer(data, dtype=np.uint8)
     ends = np.flatnonzero(raw == ord("\n"))

@@ -49,7 +49,7 @@ from scipy.special import ndtri
 from sparksim.errors import ConfigError
 from sparksim.traces.format import MAX_GAMMA, REQUEST_COLUMNS, TraceSet
 from sparksim.traces.stats import DomainStats, domain_stats, walk_totals
-from sparksim.traces.synth_params import _MAX_CELLS, CALIBRATION_GAMMA, DomainParams, SynthModel
+from sparksim.traces.synth_params import CALIBRATION_GAMMA, MAX_CELLS, DomainParams, SynthModel
 
 _LEVEL_BOUNDS = (-8.0, 12.0)  # logit search interval for the fitted level
 # Stored probabilities sit on a 1/4096 grid (finer than bf16's 8-bit mantissa, which real
@@ -217,10 +217,10 @@ def synthesize(
             or requests_per_domain < 1):
         raise ConfigError(f"requests_per_domain={requests_per_domain!r} must be a positive integer")
     longest = max(d.output_max for d in model.domains.values())
-    if requests_per_domain * (longest + gamma) > _MAX_CELLS:
+    if requests_per_domain * (longest + gamma) > MAX_CELLS:
         raise ConfigError(
             f"requests_per_domain={requests_per_domain} with output_max={longest} exceeds "
-            f"{_MAX_CELLS} latent cells per domain; draw several sets with different seeds"
+            f"{MAX_CELLS} latent cells per domain; draw several sets with different seeds"
         )
     if miscalibration is not None and not (np.isfinite(miscalibration) and miscalibration > 0):
         raise ConfigError(f"miscalibration={miscalibration!r} must be a temperature > 0")

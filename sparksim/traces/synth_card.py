@@ -17,7 +17,7 @@ from numpy.typing import NDArray
 
 from sparksim.traces.format import write_traceset
 from sparksim.traces.synth import CONF_GRID, SynthSet
-from sparksim.traces.synth_lengths import LENGTH_STATS, _fitted
+from sparksim.traces.synth_lengths import LENGTH_STATS, preset_lengths
 from sparksim.traces.synth_params import CALIBRATION_GAMMA, TABLE1_SOURCE
 
 SYNTHETIC_NOTE = (
@@ -135,7 +135,7 @@ def _lengths_card(synth: SynthSet) -> dict[str, Any]:
                     getattr(d, f"{part}_min"), getattr(d, f"{part}_max"))
             cited = LENGTH_STATS.get(name, {}).get(part)
             # a params override of the lengths makes the cited figures no longer the source
-            if cited is not None and used == _fitted(cited):
+            if cited is not None and used == preset_lengths(cited):
                 entry[part] = {"cited": {"mean": cited.mean, "median": cited.median,
                                          "source": cited.source}}
             else:

@@ -18,7 +18,7 @@ from scipy.special import ndtr
 
 from sparksim.config import read_yaml_mapping, validation_problems
 from sparksim.errors import ConfigError
-from sparksim.traces.synth_params import _STRICT
+from sparksim.traces.synth_params import STRICT
 
 LENGTHS_FILE = Path(__file__).resolve().parents[1] / "data" / "lengths.yaml"
 
@@ -58,7 +58,7 @@ def fit_clipped_lognormal(mean: float, median: float, lo: float, hi: float) -> t
 class LengthStat(BaseModel):
     """One cited length statistic (tokens): what a domain's prompts or outputs look like."""
 
-    model_config = _STRICT
+    model_config = STRICT
 
     mean: Annotated[float, Field(gt=0.0, allow_inf_nan=False)]
     median: Annotated[float, Field(gt=0.0, allow_inf_nan=False)]
@@ -107,7 +107,7 @@ def load_length_stats(path: Path | str = LENGTHS_FILE) -> dict[str, dict[str, Le
 LENGTH_STATS = load_length_stats()
 
 
-def _fitted(stat: LengthStat) -> tuple[float, float, int, int]:
+def preset_lengths(stat: LengthStat) -> tuple[float, float, int, int]:
     """Return the (median, sigma, min, max) a preset draws with for a cited statistic."""
     median, sigma = stat.fit()
     return median, round(sigma, 6), stat.min, stat.max  # rounded: the card shows what is drawn

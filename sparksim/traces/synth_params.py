@@ -23,13 +23,13 @@ TABLE1_SOURCE = (
     "of math = GSM8K/MATH/AIME25, code = MBPP/HumanEval/LCB, chat = MT-Bench/Alpaca/Arena-Hard"
 )
 # Bound on requests × (output_max + γ) per domain: the padded latent is that many float64s.
-_MAX_CELLS = 30_000_000
+MAX_CELLS = 30_000_000
 
 
 # Parameters are validated by pydantic where they are built (a preset, a params YAML, a
 # test): a number must be a finite int or float (not a bool, not a string), and each field's
 # range is stated once, beside it.
-_STRICT = ConfigDict(frozen=True, extra="forbid", strict=True)
+STRICT = ConfigDict(frozen=True, extra="forbid", strict=True)
 Finite = Annotated[float, Field(allow_inf_nan=False)]
 NonNegative = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
 AtLeastOne = Annotated[float, Field(ge=1.0, allow_inf_nan=False)]
@@ -38,7 +38,7 @@ AtLeastOne = Annotated[float, Field(ge=1.0, allow_inf_nan=False)]
 class DomainParams(BaseModel):
     """Model parameters of one domain; logits are natural-log odds."""
 
-    model_config = _STRICT
+    model_config = STRICT
 
     # accepted length (bonus incl.) at γ = 7 the level is fitted to; in (1, γ + 1)
     target_accept_len: Annotated[float, Field(gt=1.0, lt=CALIBRATION_GAMMA + 1)] | None
@@ -71,7 +71,7 @@ class DomainParams(BaseModel):
 class SynthModel(BaseModel):
     """A drafter's synthetic model: one DomainParams per domain plus set-wide knobs."""
 
-    model_config = _STRICT
+    model_config = STRICT
 
     name: str
     drafter: str
@@ -87,9 +87,9 @@ class SynthModel(BaseModel):
     @model_validator(mode="after")
     def _fits_in_memory(self) -> Self:
         longest = max(d.output_max for d in self.domains.values())
-        if self.fit_requests * (longest + CALIBRATION_GAMMA) > _MAX_CELLS:
+        if self.fit_requests * (longest + CALIBRATION_GAMMA) > MAX_CELLS:
             raise ValueError(
-                f"fit_requests={self.fit_requests} must be at most {_MAX_CELLS} / "
+                f"fit_requests={self.fit_requests} must be at most {MAX_CELLS} / "
                 f"(output_max + {CALIBRATION_GAMMA}) with output_max={longest}"
             )
         return self

@@ -8,14 +8,14 @@ lognormals fitted to the cited statistics (`sparksim.traces.synth_lengths`).
 from __future__ import annotations
 
 from sparksim.errors import ConfigError
-from sparksim.traces.synth_lengths import LENGTH_STATS, _fitted
+from sparksim.traces.synth_lengths import LENGTH_STATS, preset_lengths
 from sparksim.traces.synth_params import TABLE1_SOURCE, DomainParams, SynthModel
 
 
 def _domain(target: float, slope: float, domain: str) -> DomainParams:
     """Return a preset domain: its Table 1 target, its shape, and its cited lengths fitted."""
-    p_median, p_sigma, p_min, p_max = _fitted(LENGTH_STATS[domain]["prompt"])
-    o_median, o_sigma, o_min, o_max = _fitted(LENGTH_STATS[domain]["output"])
+    p_median, p_sigma, p_min, p_max = preset_lengths(LENGTH_STATS[domain]["prompt"])
+    o_median, o_sigma, o_min, o_max = preset_lengths(LENGTH_STATS[domain]["output"])
     return DomainParams(
         target_accept_len=target, slope=slope,
         prompt_median=p_median, prompt_sigma=p_sigma, prompt_min=p_min, prompt_max=p_max,
