@@ -7,6 +7,7 @@ result unchanged: the same bins, the same float sum, the same slot order.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,9 +15,12 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from sparksim.sim.cluster import Cluster
-from sparksim.sim.runner import load_inputs, load_scenario
-from sparksim.step import records
-from sparksim.step.batch_layout import NUM_FIELDS, RID
+from sparksim.sim.engine import Engine
+from sparksim.sim.invariants import InvariantError
+from sparksim.sim.runner import load_inputs, load_scenario, simulate
+from sparksim.sim.scheduler import Request, Scheduler
+from sparksim.step import kernels, records
+from sparksim.step.batch_layout import CONTEXT, NUM_FIELDS, RID
 from sparksim.step.records import StreamStats, itl_bin, itl_bins
 
 # every bin edge, just either side of it, 1 µs and below, beyond 1000 s, and a spread between
@@ -140,3 +144,91 @@ def test_leaving_a_capped_step_equals_compacting_then_rotating(engine, moves) ->
         assert engine.last_emit[: engine.n].tolist() == want_emit.tolist()
         assert engine.state.shape == (NUM_FIELDS, 16)
     engine.n = 0
+
+
+_PLAIN_RUNS = {
+    "pool": ["policy.name=static", "policy.gamma=0"],
+    "colocated, context cap": ["policy.name=static", "policy.gamma=0", "cluster.prefill.mode=colocated",
+                               "cluster.max_context_tokens=6000", "workload.concurrency=48"],
+    "KV pressure": ["policy.name=static", "policy.gamma=0", "cluster.kv_capacity_tokens=14000",
+                    "workload.concurrency=48"],
+    "drafting, some ℓ = 0": ["policy.name=threshold", "policy.t=0.6"],
+}
+
+
+def _tables(sets: list[str]) -> tuple[list[list[float]], list[list[float]], tuple[int, int]]:
+    # lengths drawn past the traces' own, so requests switch trace requests mid-run
+    sc, base = load_scenario(None, ["run.duration_s=40", "cluster.max_concurrency=32",
+                                    "workload.lengths.source=lognormal", *sets])
+    res = simulate(sc, base, check=True)  # --check: a quiet step found due raises
+    steps = res.steps
+    assert steps is not None and not isinstance(steps, Path)
+    assert not isinstance(res.requests, Path)
+    return (res.requests.to_numpy().tolist(), steps.to_numpy().tolist(),
+            (int(res.requests["preemptions"].sum()), int(res.requests["trace_switches"].sum())))
+
+
+def _advance_plain_by_the_kernel(self: Engine, m: int) -> tuple[int, bool, bool]:
+    """The reference: `kernels.advance` with every ℓ = 0, all its checks made every step."""
+    zeros = np.zeros(m, dtype=np.int64)
+    _, emitted, done, past = kernels.advance_numpy(self.state, m, zeros, self.t_acc, zeros[:0], self.gamma)
+    return emitted, done, past
+
+
+@pytest.mark.parametrize("name", list(_PLAIN_RUNS))
+def test_steps_verifying_no_draft_give_the_replay_kernels_results(name: str) -> None:
+    # Why: a step that verifies nothing advances in two slice additions and skips its finish
+    # checks while `_quiet` says none can be due (issue 23); every table must stay what the
+    # replay kernel gives, through joins, finishes, trace switches, the context cap's
+    # rotation and preemption.
+    got = _tables(_PLAIN_RUNS[name])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Engine, "_advance_plain", _advance_plain_by_the_kernel)
+        want = _tables(_PLAIN_RUNS[name])
+    assert got == want
+    preempted, switched = got[2]
+    assert switched > 0  # requests outlive their trace request: rows move under the count
+    if name == "KV pressure":
+        assert preempted > 0  # the run preempts, or it tests nothing here
+
+
+def test_a_slot_change_that_keeps_the_quiet_count_is_caught_under_check() -> None:
+    # Why: skipping the finish checks is safe only if every change to the slots resets the
+    # count; a join that kept it would let a short request run past its output length.
+    join = Scheduler._join
+
+    def join_keeping_count(self: Engine, req: Request) -> None:
+        quiet = self._quiet
+        join(self, req)
+        self._quiet = quiet
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Scheduler, "_join", join_keeping_count)
+        with pytest.raises(InvariantError, match="counted as quiet"):
+            _tables(_PLAIN_RUNS["pool"])
+
+
+@pytest.fixture(scope="module")
+def wide_engine():  # type: ignore[no-untyped-def]
+    sc, base = load_scenario(None, ["cluster.max_concurrency=2000"])
+    profile, traces, prefill = load_inputs(sc, base)
+    return Cluster(sc, profile, traces, prefill, base_dir=base).engines[0]
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(1, 2000), st.integers(1, 3000), st.integers(1, 400_000), st.integers(0, 2000), st.integers(0, 99))
+@example(2000, 1, 100_000, 0, 0)  # every row fits: the prefix grows to the whole batch
+@example(2000, 3000, 1, 3, 0)  # the first row alone is over the cap
+@example(1500, 300, 50_000, 1000, 1)  # the last step took far more than this one can
+def test_the_context_cap_takes_the_rows_a_whole_batch_prefix_sum_takes(  # type: ignore[no-untyped-def]
+        wide_engine, n, top, cap, last, seed) -> None:
+    # Why: the cap's rows are found on a prefix of the batch (DistServe's colocated benchmark
+    # holds thousands of requests, most waiting); whatever the last step took, the rows must be
+    # those of the full cumulative sum.
+    contexts = np.random.default_rng(seed).integers(1, top + 1, n)
+    wide_engine.n = n
+    wide_engine.state[CONTEXT, :n] = contexts
+    wide_engine.max_context_tokens, wide_engine._capped_last = cap, last
+    want = max(1, int(np.searchsorted(np.cumsum(contexts), cap, side="right")))
+    assert wide_engine._capped_rows(n) == want
+    wide_engine.n = 0

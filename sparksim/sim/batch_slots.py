@@ -22,9 +22,13 @@ class BatchSlots:
     n: int  # running requests: columns 0..n-1 of the window
     state: NDArray[np.int64]  # (NUM_FIELDS, max_concurrency) view of the window
     last_emit: NDArray[np.float64]  # (max_concurrency,) when each slot's request last emitted
+    # steps the whole batch may take verifying nothing before a request can finish or run out of
+    # trace rows (`Engine._advance_plain`); 0: unknown, measured at the next such step
+    _quiet: int = 0
 
     def _init_slots(self, cap: int) -> None:
         self.n = 0
+        self._quiet = 0
         self._state_buf = np.zeros((NUM_FIELDS, 3 * cap), dtype=np.int64)
         # when each slot's request last emitted (ITL after steps it sat out); kept in slot order
         self._emit_buf = np.full(3 * cap, np.nan)
@@ -32,6 +36,7 @@ class BatchSlots:
 
     def _compact(self, keep: NDArray[np.bool_]) -> None:
         n_new = int(keep.sum())
+        self._quiet = 0
         self.state[:, :n_new] = self.state[:, : self.n][:, keep]
         self.last_emit[:n_new] = self.last_emit[: self.n][keep]
         self.n = n_new
@@ -50,6 +55,7 @@ class BatchSlots:
         back to the middle (n columns, once per `cap` columns rotated at most).
         """
         n, cap, head = self.n, self.max_concurrency, self._head
+        self._quiet = 0
         waiting = n - stepped
         if stepped <= waiting:  # the stepped ones go behind the waiting ones
             if head + stepped > 2 * cap:
@@ -72,6 +78,7 @@ class BatchSlots:
         not the whole batch: under the context cap most of a long batch waits.
         """
         cap, head, n = self.max_concurrency, self._head, self.n
+        self._quiet = 0
         if head + m > 2 * cap:
             head = self._recentre()
         keep = np.flatnonzero(going_on) + head

@@ -34,7 +34,7 @@ from sparksim.cost.profile import Profile
 from sparksim.policies.base import Policy, StepBatch, drafted_positions
 from sparksim.sim.prefix_cache import PrefixCache
 from sparksim.sim.scheduler import Request, Scheduler
-from sparksim.sim.step_checks import answer_lengths, check_replay, check_tokens
+from sparksim.sim.step_checks import answer_lengths, check_quiet, check_replay, check_tokens
 from sparksim.sim.workload import DomainSampler
 from sparksim.step import kernels
 from sparksim.step.batch_layout import (
@@ -45,6 +45,7 @@ from sparksim.step.batch_layout import (
     RID,
     ROW,
     ROW_END,
+    STEPS,
 )
 from sparksim.step.records import Columns, StepRecord, StreamStats
 from sparksim.traces.format import TraceSet
@@ -144,6 +145,7 @@ class Engine(Scheduler):
 
         self._init_slots(self.max_concurrency)
         self._irregular = False  # some running request sat out a step since it last emitted
+        self._capped_last = 0  # rows the context cap let the last capped step take (`_capped_rows`)
         self._joins_pending = False  # some slot may hold JOINED = 1 (False: none does)
         self.active: dict[int, Request] = {}
         self.queue: deque[Request] = deque()
@@ -281,11 +283,16 @@ class Engine(Scheduler):
         if m > 0:
             # the replay rule, every slot's counters and the (ℓ, accepted) histogram
             # (acceptance statistics ignore the output-length cut), in one pass
-            joint = stats.joint if in_window and verified else _NO_JOINT
             rows = st[ROW, :m].copy() if self.check else None
-            drafted_ok, emitted_total, any_done, any_past = kernels.advance(
-                st, m, lengths, self.t_acc, joint, self.gamma
-            )
+            if verified:
+                joint = stats.joint if in_window else _NO_JOINT
+                drafted_ok, emitted_total, any_done, any_past = kernels.advance(
+                    st, m, lengths, self.t_acc, joint, self.gamma
+                )
+                self._quiet = 0
+            else:
+                drafted_ok = np.zeros(m, dtype=np.int64)
+                emitted_total, any_done, any_past = self._advance_plain(m)
             if verified and (self.step_records is not None or self.check):
                 accepted_total = int(drafted_ok.sum())  # the record's: what the trace accepted
             if rows is not None:
@@ -338,6 +345,34 @@ class Engine(Scheduler):
         while self.prefilling and self.prefilling[0].prefill_left == 0:
             self._prefill_done(self.prefilling.popleft(), now, in_window)
         return emitted_total, accepted_total
+
+    def _advance_plain(self, m: int) -> tuple[int, bool, bool]:
+        """Apply a step that verifies no draft to slots 0..m-1; return (emitted, any done, any past).
+
+        `kernels.advance` with every ℓ = 0, in two slice additions: each running request (none
+        has finished: finished ones leave the batch) emits its bonus token, one trace row on.
+        When the whole batch steps, `_quiet` carries how many such steps the batch may take
+        before its first request can finish or run past its trace rows (the least of OUT_LEN −
+        EMITTED and ROW_END − ROW, less the steps taken since), so steady steps skip the two
+        checks. Every change to the slots (a join, a compaction or rotation, a trace continuation,
+        a step that verified drafts) resets it to 0, "unknown"; under `--check` a skipped check
+        is done anyway and must find nothing (`check_quiet`).
+        """
+        st = self.state
+        quiet = self._quiet if m == self.n else 1
+        if quiet == 0:  # measured once after the batch last changed
+            quiet = int(min((st[OUT_LEN, :m] - st[EMITTED, :m]).min(), (st[ROW_END, :m] - st[ROW, :m]).min()))
+        st[ROW : CONTEXT + 1, :m] += 1  # ROW, EMITTED, CONTEXT advance together
+        st[STEPS, :m] += 1
+        if quiet > 1:  # (only when the whole batch steps: `quiet` is 1 otherwise)
+            self._quiet = quiet - 1
+            if self.check:
+                check_quiet(st, m, self.step_index)
+            return m, False, False
+        self._quiet = 0
+        done = st[EMITTED, :m] >= st[OUT_LEN, :m]
+        past = ~done & (st[ROW, :m] >= st[ROW_END, :m])
+        return m, bool(done.any()), bool(past.any())
 
     def _record_itl(self, m: int, n: int, now: float, step_s: float, irregular: bool) -> None:
         """Record the inter-token gaps of the m requests this step advanced.

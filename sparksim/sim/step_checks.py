@@ -16,6 +16,7 @@ from numpy.typing import NDArray
 
 from sparksim.errors import PolicyError
 from sparksim.sim.invariants import InvariantError, lengths_in_bounds
+from sparksim.step.batch_layout import EMITTED, OUT_LEN, ROW, ROW_END
 
 
 def short(values: NDArray[Any]) -> str:
@@ -60,3 +61,12 @@ def check_replay(trace_accepted: NDArray[np.int64], rows: NDArray[np.int64], len
     if emitted > int(want.sum()) + rows.size:
         raise InvariantError(f"INV-1: step {step} emitted {emitted} tokens, more than "
                              f"the {int(want.sum()) + rows.size} its replay allows")
+
+
+def check_quiet(state: NDArray[np.int64], m: int, step: int) -> None:
+    """The engine skipped a step's finish checks (`Engine._advance_plain`): none may be due."""
+    due = (state[EMITTED, :m] >= state[OUT_LEN, :m]) | (state[ROW, :m] >= state[ROW_END, :m])
+    if due.any():
+        raise InvariantError(f"step {step}: slot {int(np.flatnonzero(due)[0])} finished or ran past its "
+                             "trace rows in a step the engine counted as quiet (a slot move did not "
+                             "reset Engine._quiet)")
