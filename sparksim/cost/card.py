@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal, get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from sparksim.config import validation_problems
+from sparksim.config import safe_load, validation_problems
 
 Source = Literal["measured", "analytic", "calibrated", "published", "synthetic", "imported"]
 DrafterKind = Literal["mtp", "block", "autoregressive"]
@@ -171,7 +171,7 @@ def read_card(path: Path, problems: list[str]) -> Any:
         problems.append("card.yaml: file is missing")
         return None
     try:
-        return yaml.safe_load(path.read_text())
+        return safe_load(path.read_text())
     except yaml.YAMLError as exc:
         problems.append(f"card.yaml: not valid YAML ({exc})")
         return None

@@ -137,10 +137,12 @@ class Engine(Scheduler):
         self._zeros = np.zeros(scenario.cluster.max_concurrency, dtype=np.int64)  # ℓ of plain steps
         self.reserve = traces.gamma + 1 if self.drafts else 1  # KV slots a step may write
         self.gamma = traces.gamma
-        # trace arrays, flat: row i is one (request, position)
-        self.t_conf = traces.conf64
-        self.t_surv = traces.survival
-        self.t_acc = traces.accepted.astype(np.int64)
+        # trace arrays, flat: row i is one (request, position); shared by the replicas, and the
+        # confidences and survivals made only for a policy that drafts (plain decoding reads none)
+        no_rows = np.empty((0, traces.gamma))
+        self.t_conf = traces.conf64 if self.drafts else no_rows
+        self.t_surv = traces.survival if self.drafts else no_rows
+        self.t_acc = traces.accepted64
         self.t_offsets = traces.offsets
 
         self._init_slots(self.max_concurrency)

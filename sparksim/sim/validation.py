@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from sparksim.config import safe_load
 from sparksim.cost.profile import check_profile
 from sparksim.traces.format import check_traceset
 
@@ -113,9 +114,7 @@ def _messages(exc: Exception, names: dict[Path, str]) -> list[str]:
 
 def yaml_gamma(traces: Path) -> int:
     """Return a valid trace set's γ from its card."""
-    import yaml
-
-    card = yaml.safe_load((traces / "card.yaml").read_text())
+    card = safe_load((traces / "card.yaml").read_text())
     return int(card["gamma"])
 
 

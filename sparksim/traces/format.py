@@ -78,6 +78,11 @@ class TraceSet:
         return self.conf.astype(np.float64)
 
     @functools.cached_property
+    def accepted64(self) -> NDArray[np.int64]:
+        """(N,) accepted counts as int64, converted once (the step kernels index them every step)."""
+        return self.accepted.astype(np.int64)
+
+    @functools.cached_property
     def survival(self) -> NDArray[np.float64]:
         """(N, γ) a_j = ∏_{i≤j} c_i for every row, computed once: a row's block is fixed."""
         return np.cumprod(self.conf64, axis=1, dtype=np.float64)
