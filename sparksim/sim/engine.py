@@ -364,8 +364,7 @@ class Engine(Scheduler):
         quiet = self._quiet if m == self.n else 1
         if quiet == 0:  # measured once after the batch last changed
             quiet = int(min((st[OUT_LEN, :m] - st[EMITTED, :m]).min(), (st[ROW_END, :m] - st[ROW, :m]).min()))
-        st[ROW : CONTEXT + 1, :m] += 1  # ROW, EMITTED, CONTEXT advance together
-        st[STEPS, :m] += 1
+        st[ROW : STEPS + 1, :m] += 1  # ROW, EMITTED, CONTEXT and STEPS advance together
         if quiet > 1:  # (only when the whole batch steps: `quiet` is 1 otherwise)
             self._quiet = quiet - 1
             if self.check:

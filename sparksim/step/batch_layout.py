@@ -1,7 +1,8 @@
 """The running batch's layout: one row of `Engine.state` (int64) per field, one column per slot.
 
 Slots 0..n-1 hold the running requests. ROW, EMITTED and CONTEXT are adjacent so one
-slice advances all three by the emitted tokens. The engine and the compiled step kernel
+slice advances all three by the emitted tokens, and STEPS follows them so a step that
+verifies no draft (one token each, one step each) advances all four in one. The engine and the compiled step kernel
 (`sparksim.step.kernels.advance`) both index the state by these names.
 """
 
