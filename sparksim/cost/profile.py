@@ -296,9 +296,14 @@ class Profile:
 
     def prefill_s(self, prompt_lengths: ArrayLike) -> float:
         """Return the time in seconds of one prefill-only step over whole prompts (a prefill pool)."""
-        p = np.asarray(prompt_lengths, np.float64)
-        return self.prefill_dense_s(float(p.sum())) + self.prefill_attention_coef_ms * float(
-            (p**2).sum()) / 1e3
+        if isinstance(prompt_lengths, list) and all(type(t) is int for t in prompt_lengths):
+            # a pool's batch, once per batch: whole numbers sum exactly in any order (below 2^53),
+            # so Python's sums are numpy's float sums, without the arrays
+            tokens, squares = float(sum(prompt_lengths)), float(sum(t * t for t in prompt_lengths))
+        else:
+            p = np.asarray(prompt_lengths, np.float64)
+            tokens, squares = float(p.sum()), float((p**2).sum())
+        return self.prefill_dense_s(tokens) + self.prefill_attention_coef_ms * squares / 1e3
 
     # ------------------------------------------------------------------ drafting
 

@@ -8,6 +8,7 @@ the Gamma shape, so cv = 1/sqrt(burstiness)).
 
 from __future__ import annotations
 
+import bisect
 import functools
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,11 +58,12 @@ class DomainSampler:
         p = np.array([weights.get(d, 0.0) for d in self.domains], dtype=np.float64)
         self.p = p / p.sum()
         self.cum_p = np.cumsum(self.p)
+        self._cum_p = self.cum_p.tolist()  # the same floats, for a bisect per request
 
     def draw(self, rng: np.random.Generator) -> tuple[int, int]:
         """Return (domain index, trace request index)."""
-        dom = int(np.searchsorted(self.cum_p, rng.random() * self.cum_p[-1], side="right"))
-        dom = min(dom, len(self.domains) - 1)
+        cum_p = self._cum_p
+        dom = min(bisect.bisect_right(cum_p, rng.random() * cum_p[-1]), len(cum_p) - 1)
         pool = self.by_domain[dom]
         return dom, int(pool[rng.integers(pool.size)])
 
