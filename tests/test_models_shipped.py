@@ -67,7 +67,9 @@ def test_the_shipped_models_give_the_logits_they_gave_when_shipped() -> None:
     # Refactoring the decoder must not move the trained models: the reference was written by
     # the code the models were shipped with (`python -m tests.test_models_shipped` rewrites it
     # after a retrain). It is bit-identical on the machine that wrote it; the tolerance leaves
-    # room for another CPU's kernels, far below what a wrong rotation, norm or split changes.
+    # room for another CPU's kernels (an Intel Xeon VM differs by up to 2.6e-5 on logits of
+    # magnitude 24, float32 sums in another order), far below what a wrong rotation, norm or
+    # split changes.
     pytest.importorskip("torch")
     import torch
     from safetensors import safe_open
@@ -83,7 +85,7 @@ def test_the_shipped_models_give_the_logits_they_gave_when_shipped() -> None:
     assert set(got) == set(ref)
     for name, want in ref.items():
         assert got[name].shape == want.shape, name
-        torch.testing.assert_close(got[name], want, rtol=0, atol=2e-5, msg=name)
+        torch.testing.assert_close(got[name], want, rtol=0, atol=1e-4, msg=name)
 
 
 if __name__ == "__main__":
