@@ -3,7 +3,6 @@ so a policy that breaks a bound or anticipates its own tokens corrupts every fig
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 
 import numpy as np
@@ -40,7 +39,7 @@ def test_the_property_lists_are_built_from_the_registry() -> None:
 def _room_for_every_block(batch: StepBatch) -> StepBatch:
     """The batch with the cap the engine guarantees: room for every request's whole block."""
     floor = batch.fixed_tokens + batch.num_requests * batch.gamma
-    return dataclasses.replace(batch, max_tokens=max(batch.max_tokens, floor))
+    return batch.replace(max_tokens=max(batch.max_tokens, floor))
 
 
 def run_steps(name: str, steps: list[StepBatch]) -> list[np.ndarray]:

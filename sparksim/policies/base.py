@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import abc
 import functools
-from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar
 
 import numpy as np
@@ -27,20 +26,80 @@ from sparksim.cost.profile import Profile
 from sparksim.errors import ConfigError
 
 Lengths = NDArray[np.int64]
+_NO_TABLE = np.empty((0, 0))  # a batch built from arrays gathers nothing
 
 
-@dataclass(slots=True)  # not frozen: frozen __init__ costs ~3 µs a step; treat as read-only
 class StepBatch:
-    """Everything a policy may read when it decides one step's verification lengths."""
+    """Everything a policy may read when it decides one step's verification lengths.
+
+    Treat it as read-only. The engine builds one per step from the trace set's rows
+    (`from_rows`): the confidences and survivals are gathered from the trace tables the
+    first time a policy reads them (a closed loop's batch of 256 scattered rows costs ~12 µs
+    a step to gather, and `static` reads neither, `greedy` only the survivals).
+    """
+
+    __slots__ = ("_conf", "_conf_table", "_rows", "_survival", "_survival_table", "accepted", "cost",
+                 "fixed_tokens", "max_tokens", "request_ids", "step_index")
 
     request_ids: NDArray[np.int64]  # (R,) engine-wide unique ids, stable across steps
-    conf: NDArray[np.float64]  # (R, γ) fresh conditional confidences c_{r,j}
-    survival: NDArray[np.float64]  # (R, γ) a_{r,j} = ∏_{i≤j} c_{r,i}, non-increasing in j
     fixed_tokens: int  # tokens the step sends whatever is verified: R bonus slots + prefill chunks
     max_tokens: int  # the engine's token limit for B (fixed + verified)
     cost: StepCost
     step_index: int  # steps this engine has run before this one
-    accepted: NDArray[np.int64] | None = None  # (R,) realised acceptances; only for reads_outcome
+    accepted: NDArray[np.int64] | None  # (R,) realised acceptances; only for reads_outcome
+
+    def __init__(
+        self, request_ids: NDArray[np.int64], conf: NDArray[np.float64], survival: NDArray[np.float64],
+        fixed_tokens: int, max_tokens: int, cost: StepCost, step_index: int,
+        accepted: NDArray[np.int64] | None = None,
+    ) -> None:
+        self._fill(request_ids, fixed_tokens, max_tokens, cost, step_index, accepted)
+        self._conf: NDArray[np.float64] | None = conf
+        self._survival: NDArray[np.float64] | None = survival
+        self._rows: NDArray[np.int64] | None = None
+        self._conf_table = self._survival_table = _NO_TABLE
+
+    @classmethod
+    def from_rows(
+        cls, request_ids: NDArray[np.int64], rows: NDArray[np.int64], conf_table: NDArray[np.float64],
+        survival_table: NDArray[np.float64], fixed_tokens: int, max_tokens: int, cost: StepCost,
+        step_index: int, accepted: NDArray[np.int64] | None = None,
+    ) -> StepBatch:
+        """A batch whose request r is row `rows[r]` of the trace tables (N, γ); `rows` is kept, so
+        pass a copy the caller will not change (the policy may read the batch after the step)."""
+        batch = cls.__new__(cls)
+        batch._fill(request_ids, fixed_tokens, max_tokens, cost, step_index, accepted)
+        batch._conf = batch._survival = None
+        batch._rows, batch._conf_table, batch._survival_table = rows, conf_table, survival_table
+        return batch
+
+    def _fill(self, request_ids: NDArray[np.int64], fixed_tokens: int, max_tokens: int, cost: StepCost,
+              step_index: int, accepted: NDArray[np.int64] | None) -> None:
+        self.request_ids, self.fixed_tokens, self.max_tokens = request_ids, fixed_tokens, max_tokens
+        self.cost, self.step_index, self.accepted = cost, step_index, accepted
+
+    @property
+    def conf(self) -> NDArray[np.float64]:
+        """(R, γ) fresh conditional confidences c_{r,j}."""
+        if self._conf is None:
+            assert self._rows is not None
+            self._conf = self._conf_table.take(self._rows, axis=0)
+        return self._conf
+
+    @property
+    def survival(self) -> NDArray[np.float64]:
+        """(R, γ) a_{r,j} = ∏_{i≤j} c_{r,i}, non-increasing in j."""
+        if self._survival is None:
+            assert self._rows is not None
+            self._survival = self._survival_table.take(self._rows, axis=0)
+        return self._survival
+
+    def replace(self, **changes: Any) -> StepBatch:
+        """Return a copy with `changes` (any of the constructor's arguments) made."""
+        args = {"request_ids": self.request_ids, "conf": self.conf, "survival": self.survival,
+                "fixed_tokens": self.fixed_tokens, "max_tokens": self.max_tokens, "cost": self.cost,
+                "step_index": self.step_index, "accepted": self.accepted}
+        return StepBatch(**{**args, **changes})
 
     @property
     def num_requests(self) -> int:
@@ -48,7 +107,9 @@ class StepBatch:
 
     @property
     def gamma(self) -> int:
-        return int(self.conf.shape[1])
+        if self._conf is None:  # without gathering rows: the table's width is γ
+            return int(self._survival.shape[1] if self._survival is not None else self._conf_table.shape[1])
+        return int(self._conf.shape[1])
 
     @classmethod
     def from_conf(

@@ -247,10 +247,11 @@ class Engine(Scheduler):
             return self._zeros[:m], None, step.decision_s
         st = self.state
         rows = st[ROW, :m]
-        batch = StepBatch(
+        batch = StepBatch.from_rows(  # the rows' confidences are gathered if the policy reads them
             request_ids=st[RID, :m].copy(),  # policies may keep it across steps
-            conf=self.t_conf.take(rows, axis=0),
-            survival=self.t_surv.take(rows, axis=0),
+            rows=rows.copy(),  # and read the batch after the step, when the slots have moved on
+            conf_table=self.t_conf,
+            survival_table=self.t_surv,
             fixed_tokens=step.cost.base_tokens,
             max_tokens=self.max_batch_tokens,
             cost=step.cost,
