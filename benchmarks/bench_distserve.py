@@ -3,8 +3,10 @@
 Both simulate the same thing (`sparksim.studies.crosscheck`: OPT-13B on an A100, DistServe's fitted
 cost model, 512-token prompts, 256 decode iterations, Poisson 4 req/s from
 `numpy.random.default_rng(0)`), so the wall time of each whole process (start-up included)
-is a fair comparison. docs/design.md §5's target: sparksim faster at 1,000 requests and ≥ 10× at
-10,000.
+is a fair comparison. sparksim's process is `sparksim run <scenario.yaml>` writing its results
+folder (the per-request table and summary; no per-step table, as DistServe keeps none), the
+scenario and its arrivals CSV written before the clock starts. docs/design.md §5's target:
+sparksim faster at 1,000 requests and ≥ 10× at 10,000.
 
 Run:  python benchmarks/bench_distserve.py                          (sparksim only)
       python benchmarks/bench_distserve.py --distserve /path/to/DistServe --distserve-python PY
@@ -22,22 +24,12 @@ import textwrap
 import time
 from pathlib import Path
 
-SPARKSIM = textwrap.dedent("""
-    import sys, tempfile, warnings
-    from pathlib import Path
-    warnings.simplefilter("ignore")
-    from sparksim.config import parse_scenario
-    from sparksim.studies.crosscheck import benchmark_arrivals, scenario
-    from sparksim.sim.runner import simulate
-    mode, n = sys.argv[1], int(sys.argv[2])
-    with tempfile.TemporaryDirectory() as tmp:
-        csv = Path(tmp) / "arrivals.csv"
-        benchmark_arrivals(n).to_csv(csv, index=False)
-        sc = scenario(mode, csv, n)
-        sc["run"]["records"] = {"steps": False}
-        res = simulate(parse_scenario(sc))
-    print(len(res.requests), float(res.requests["finish_at"].max()))
-""")
+import yaml
+
+from sparksim.studies.crosscheck import benchmark_arrivals, scenario
+
+# the console script installed beside this interpreter (the README's `sparksim run`)
+SPARKSIM = Path(sys.executable).with_name("sparksim")
 
 # Calls DistServe's own entry point with the same arrivals (a custom workload file).
 DISTSERVE = textwrap.dedent("""
@@ -57,6 +49,16 @@ DISTSERVE = textwrap.dedent("""
     lat = out["per_request_latency_df"]
     print(len(lat))
 """)
+
+
+def sparksim_argv(mode: str, n: int, tmp: Path) -> list[str]:
+    """Write the scenario and its arrivals into `tmp`; return the `sparksim run` command of it."""
+    csv = tmp / "arrivals.csv"
+    benchmark_arrivals(n).to_csv(csv, index=False)
+    sc = scenario(mode, csv, n)
+    sc["run"]["records"] = {"steps": False}
+    (tmp / "scenario.yaml").write_text(yaml.safe_dump(sc, sort_keys=False))
+    return [str(SPARKSIM), "run", str(tmp / "scenario.yaml"), "--out", str(tmp / "results"), "-q"]
 
 
 def timed(argv: list[str]) -> tuple[float, str]:
@@ -79,7 +81,8 @@ def main() -> None:
     print(f"{'mode':<14} {'requests':>8} {'sparksim s':>11} {'distserve s':>12} {'ratio':>7}")
     for n in (int(v) for v in args.requests.split(",")):
         for mode in args.modes.split(","):
-            ours, _ = timed([sys.executable, "-c", SPARKSIM, mode, str(n)])
+            with tempfile.TemporaryDirectory() as tmp:
+                ours, _ = timed(sparksim_argv(mode, n, Path(tmp)))
             theirs = ratio = "-"
             if args.distserve is not None:
                 with tempfile.TemporaryDirectory() as tmp:

@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "sparksim"
 # whole): the layout is the layering, so a subpackage never straddles two layers
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "hardware", "metric_names", "data"),
-    ("config", "config_sections", "atomic"),
+    ("config", "config_sections", "atomic", "plain_csv", "arrow_numpy"),
     ("cost", "step", "traces"),
     ("policies",),
     ("sim",),

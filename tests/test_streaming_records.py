@@ -166,3 +166,25 @@ def test_auto_leaves_no_trace_in_the_resolved_scenario() -> None:
     on = parse_scenario({"run": {"records": {"stream": True}}})
     data = yaml.safe_load(on.to_yaml())
     assert data["run"]["records"]["stream"] is True and parse_scenario(data) == on
+
+
+@pytest.mark.parametrize("n", [0, 1, 3000])
+def test_a_held_table_writes_the_bytes_to_parquet_writes(n: int, tmp_path: Path) -> None:
+    # Why: a run that holds its tables writes them without pandas (`Columns.write_parquet`);
+    # results folders are compared byte for byte, so the file must be pandas' own.
+    held = Columns(STEP_COLUMNS)
+    for row in _rows(n):
+        held.append_row(row)
+    held.write_parquet(tmp_path / "w.parquet")
+    held.to_frame().to_parquet(tmp_path / "h.parquet", index=False)
+    assert (tmp_path / "w.parquet").read_bytes() == (tmp_path / "h.parquet").read_bytes()
+
+
+@pytest.mark.parametrize("schema", [records.REQUEST_COLUMNS, STEP_COLUMNS])
+def test_the_arrow_schema_built_by_hand_is_the_one_pandas_gives(schema: dict[str, str]) -> None:
+    import pyarrow as pa
+
+    empty = pd.DataFrame({k: np.zeros(0, np.float64 if t == "d" else np.int64) for k, t in schema.items()})
+    want = pa.Schema.from_pandas(empty, preserve_index=False)
+    got = records.arrow_schema(schema)
+    assert got.equals(want, check_metadata=True) and got.metadata == want.metadata

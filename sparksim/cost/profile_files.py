@@ -5,7 +5,8 @@
 the first bad row and the value; it forces every table non-decreasing in batch size (with
 a `ProfileWarning`) and converts a legacy context grid to dense + attention tables
 (`sparksim.cost.legacy_grid`, with a warning saying how). `write_profile` writes a folder
-atomically and refuses one that would not read back.
+atomically and refuses one that would not read back. A table is read as NumPy columns:
+pandas reads only a file that is not plain CSV (`sparksim.plain_csv`).
 """
 
 from __future__ import annotations
@@ -14,10 +15,9 @@ import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
-import pandas as pd
 import yaml
 from numpy.typing import NDArray
 
@@ -25,6 +25,10 @@ from sparksim.atomic import atomic_dir
 from sparksim.cost.card import CostCard, DrafterCard, parse_card, read_card
 from sparksim.cost.legacy_grid import LEGACY_TOKENS_PER_REQUEST, convert
 from sparksim.errors import FormatError
+from sparksim.plain_csv import read_csv_columns, to_numeric
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 VERIFY_REQUIRED = ("tokens", "step_ms")
 VERIFY_OPTIONAL = ("context", "p10_ms", "p90_ms", "min_ms", "max_ms")  # context: a legacy grid
@@ -35,6 +39,9 @@ ATTENTION_OPTIONAL = ("requests", "min_ms", "max_ms")
 PREFILL_REQUIRED = ("tokens", "prefill_ms")
 PREFILL_OPTIONAL = ("min_ms", "max_ms")
 MAX_PROFILE_ROWS = 1_000_000  # a profile is a small table; more rows than this is a broken file
+POSITIVE = ("tokens", "requests", "step_ms", "positions")  # every other column may be 0
+
+Columns = dict[str, NDArray[np.float64]]  # a table read: its known columns by name, in file order
 
 
 class ProfileWarning(UserWarning):
@@ -110,13 +117,13 @@ def read_tables(path: Path, problems: list[str]) -> ProfileTables | None:
     raw = read_card(path / "card.yaml", problems)
     spec = parse_card(raw, problems)
     card: dict[str, Any] = raw if isinstance(raw, dict) else {}
-    vdf = _read_csv(path / "verify.csv", VERIFY_REQUIRED, VERIFY_OPTIONAL, problems)
+    verify = _read_csv(path / "verify.csv", VERIFY_REQUIRED, VERIFY_OPTIONAL, problems)
     drafters, default = _parse_drafters(path, card, spec, problems) if spec is not None else (None, None)
     attn = _parse_attention(path, problems)
     prefill = _parse_prefill(path, problems)
-    if vdf is None or spec is None or drafters is None or attn is None or prefill is None:
+    if verify is None or spec is None or drafters is None or attn is None or prefill is None:
         return None
-    grid = _grid(vdf, problems, path.name)
+    grid = _grid(verify, problems, path.name)
     if grid is None:
         return None
     tokens, contexts, step_ms = grid
@@ -150,8 +157,8 @@ def _parse_drafters(
     tables: dict[str, DraftTable] = {}
     for name, (info, verbatim) in listed.items():
         file = info.file or f"draft-{name}.csv"
-        df = _read_csv(path / file, DRAFT_REQUIRED, DRAFT_OPTIONAL, problems)
-        table = None if df is None else _draft_grid(df, name, file, problems, path.name)
+        cols = _read_csv(path / file, DRAFT_REQUIRED, DRAFT_OPTIONAL, problems)
+        table = None if cols is None else _draft_grid(cols, name, file, problems, path.name)
         if table is None:
             continue
         table.kind = info.kind
@@ -162,54 +169,72 @@ def _parse_drafters(
     return (tables, default) if len(tables) == len(listed) else (None, None)
 
 
-def _grid(vdf: pd.DataFrame, problems: list[str], name: str
+def _grid(verify: Columns, problems: list[str], name: str
           ) -> tuple[NDArray[np.float64], NDArray[np.float64] | None, NDArray[np.float64]] | None:
     """Return verify.csv as (tokens (T,), None, cost (T,)), or a legacy grid's (tokens, contexts (C,), (C, T))."""
-    if "context" not in vdf.columns:
-        if vdf["tokens"].duplicated().any():
+    if "context" not in verify:
+        tokens = verify["tokens"]
+        if _repeats(tokens):
             problems.append("verify.csv: duplicate token counts")
             return None
-        vdf = vdf.sort_values("tokens")
-        ms = _monotone(vdf["step_ms"].to_numpy(np.float64)[None, :], "verify.csv", name)[0]
-        return vdf["tokens"].to_numpy(np.float64), None, ms
-    if vdf.duplicated(["context", "tokens"]).any():
+        order = np.argsort(tokens)
+        ms = _monotone(verify["step_ms"][order][None, :], "verify.csv", name)[0]
+        return tokens[order], None, ms
+    wide = _pivot(verify["context"], verify["tokens"], verify["step_ms"])
+    if wide is None:
         problems.append("verify.csv: duplicate (context, tokens) rows")
         return None
-    wide = vdf.pivot(index="context", columns="tokens", values="step_ms").sort_index()
-    wide = wide.reindex(sorted(wide.columns), axis=1)
-    if wide.isna().any().any():
-        ctx, tok = np.argwhere(wide.isna().to_numpy())[0]
+    contexts, tokens, grid = wide
+    if np.isnan(grid).any():
+        ctx, tok = np.argwhere(np.isnan(grid))[0]
         problems.append("verify.csv: every context must be profiled at the same token counts "
-                        f"(context={wide.index[ctx]:g} lacks tokens={wide.columns[tok]:g})")
+                        f"(context={contexts[ctx]:g} lacks tokens={tokens[tok]:g})")
         return None
-    grid = _monotone(wide.to_numpy(np.float64), "verify.csv", name)
-    return wide.columns.to_numpy(np.float64), wide.index.to_numpy(np.float64), grid
+    return tokens, contexts, _monotone(grid, "verify.csv", name)
+
+
+def _pivot(rows: NDArray[np.float64], cols: NDArray[np.float64], values: NDArray[np.float64]
+           ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]] | None:
+    """Return (row keys, column keys, grid) of a long table, keys sorted, NaN where a pair is
+    absent (`DataFrame.pivot`, sorted both ways); None if a (row, column) pair repeats."""
+    row_keys, r = np.unique(rows, return_inverse=True)
+    col_keys, c = np.unique(cols, return_inverse=True)
+    if _repeats(r * col_keys.size + c):
+        return None
+    grid = np.full((row_keys.size, col_keys.size), np.nan)
+    grid[r, c] = values
+    return row_keys, col_keys, grid
+
+
+def _repeats(values: NDArray[Any]) -> bool:
+    return bool(np.unique(values).size < values.size)
 
 
 def _read_csv(path: Path, required: tuple[str, ...], optional: tuple[str, ...], problems: list[str]
-              ) -> pd.DataFrame | None:
+              ) -> Columns | None:
     if not path.is_file():
         problems.append(f"{path.name}: file is missing")
         return None
     try:
-        df = pd.read_csv(path, nrows=MAX_PROFILE_ROWS + 1)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raw = read_csv_columns(path, MAX_PROFILE_ROWS)
+    except ValueError as exc:  # pandas' ParserError, EmptyDataError, UnicodeDecodeError
         problems.append(f"{path.name}: cannot be parsed as CSV ({exc})")
         return None
-    if len(df) > MAX_PROFILE_ROWS:
+    rows = len(next(iter(raw.values()), []))
+    if rows > MAX_PROFILE_ROWS:
         problems.append(f"{path.name}: more than {MAX_PROFILE_ROWS} rows")
         return None
     ok = True
     for col in required:
-        if col not in df.columns:
-            problems.append(f"{path.name}: missing column {col!r} (has {list(df.columns)})")
+        if col not in raw:
+            problems.append(f"{path.name}: missing column {col!r} (has {list(raw)})")
             ok = False
-    for col in df.columns:
+    for col in raw:
         if col not in required and col not in optional:
             problems.append(f"{path.name}: unknown column {col!r}")
     if not ok:
         return None
-    if df.empty:
+    if not rows:
         problems.append(f"{path.name}: no rows")
         return None
 
@@ -221,52 +246,52 @@ def _read_csv(path: Path, required: tuple[str, ...], optional: tuple[str, ...], 
         return repr(value)
 
     # rows count from 1 as a person reads the file: the first data row under the header is row 1
-    for col in df.columns:
+    out: Columns = {}
+    for col in raw:
         if col not in required and col not in optional:
             continue
-        vals = pd.to_numeric(df[col], errors="coerce")
-        bad = ~np.isfinite(vals.to_numpy(dtype=np.float64))
+        vals = to_numeric(raw[col])
+        bad = ~np.isfinite(vals)
         if bad.any():
             row = int(np.argmax(bad))
             problems.append(
-                f"{path.name}: column {col!r} row {row + 1} is not a finite number ({plain(df[col].iloc[row])})"
+                f"{path.name}: column {col!r} row {row + 1} is not a finite number ({plain(raw[col][row])})"
             )
             ok = False
             continue
-        positive = ("tokens", "requests", "step_ms", "positions")
-        neg = vals.to_numpy() <= 0 if col in positive else vals.to_numpy() < 0
+        neg = vals <= 0 if col in POSITIVE else vals < 0
         if neg.any():
             row = int(np.argmax(neg))
-            problems.append(f"{path.name}: column {col!r} row {row + 1} out of range ({plain(vals.iloc[row])})")
+            problems.append(f"{path.name}: column {col!r} row {row + 1} out of range ({plain(vals[row])})")
             ok = False
-        df[col] = vals
-    return df if ok else None
+        out[col] = vals
+    return out if ok else None
 
 
-def _draft_grid(df: pd.DataFrame, name: str, file: str, problems: list[str], pname: str
+def _draft_grid(cols: Columns, name: str, file: str, problems: list[str], pname: str
                 ) -> DraftTable | None:
-    if "positions" not in df.columns:
-        df = df.sort_values("requests")
-        if df["requests"].duplicated().any():
+    if "positions" not in cols:
+        requests = cols["requests"]
+        if _repeats(requests):
             problems.append(f"{file}: duplicate request counts")
             return None
-        ms = _monotone(df["draft_ms"].to_numpy(np.float64)[None, :], file, pname)
-        return DraftTable(name, df["requests"].to_numpy(np.float64), np.empty(0), ms)
-    if df.duplicated(["positions", "requests"]).any():
+        order = np.argsort(requests)
+        ms = _monotone(cols["draft_ms"][order][None, :], file, pname)
+        return DraftTable(name, requests[order], np.empty(0), ms)
+    wide = _pivot(cols["positions"], cols["requests"], cols["draft_ms"])
+    if wide is None:
         problems.append(f"{file}: duplicate (positions, requests) rows")
         return None
-    if (df["positions"] <= 0).any():
+    if (cols["positions"] <= 0).any():
         problems.append(f"{file}: positions must be >= 1 (0 positions cost nothing by definition)")
         return None
-    wide = df.pivot(index="positions", columns="requests", values="draft_ms").sort_index()
-    wide = wide.reindex(sorted(wide.columns), axis=1)
-    if wide.isna().any().any():
-        p, r = np.argwhere(wide.isna().to_numpy())[0]
+    positions, requests, grid = wide
+    if np.isnan(grid).any():
+        p, r = np.argwhere(np.isnan(grid))[0]
         problems.append(f"{file}: every positions row needs the same request counts "
-                        f"(positions={wide.index[p]:g} lacks requests={wide.columns[r]:g})")
+                        f"(positions={positions[p]:g} lacks requests={requests[r]:g})")
         return None
-    ms = _monotone(wide.to_numpy(np.float64), file, pname)
-    return DraftTable(name, wide.columns.to_numpy(np.float64), wide.index.to_numpy(np.float64), ms)
+    return DraftTable(name, requests, positions, _monotone(grid, file, pname))
 
 
 def _parse_attention(
@@ -277,30 +302,24 @@ def _parse_attention(
     file = path / "attention.csv"
     if not file.exists():
         return empty
-    df = _read_csv(file, ATTENTION_REQUIRED, ATTENTION_OPTIONAL, problems)
-    if df is None:
+    cols = _read_csv(file, ATTENTION_REQUIRED, ATTENTION_OPTIONAL, problems)
+    if cols is None:
         return None
-    if "requests" not in df.columns:
-        df = df.assign(requests=1.0)
-        single = True
-    else:
-        single = False
-        if (df["requests"] <= 0).any():
-            problems.append("attention.csv: requests must be >= 1")
-            return None
-    if df.duplicated(["requests", "kv_tokens"]).any():
+    single = "requests" not in cols
+    if not single and (cols["requests"] <= 0).any():
+        problems.append("attention.csv: requests must be >= 1")
+        return None
+    wide = _pivot(np.ones_like(cols["kv_tokens"]) if single else cols["requests"], cols["kv_tokens"],
+                  cols["attn_ms"])
+    if wide is None:
         problems.append("attention.csv: duplicate (requests, kv_tokens) rows")
         return None
-    wide = df.pivot(index="requests", columns="kv_tokens", values="attn_ms").sort_index()
-    wide = wide.reindex(sorted(wide.columns), axis=1)
-    if wide.isna().any().any():
+    requests, kv_tokens, grid = wide
+    if np.isnan(grid).any():
         problems.append("attention.csv: every requests row needs the same kv_tokens values")
         return None
-    ms = _monotone(wide.to_numpy(np.float64), "attention.csv", path.name)
-    req = np.empty(0) if single else wide.index.to_numpy(np.float64)
-    if req.size == 1:
-        req = np.empty(0)
-    return req, wide.columns.to_numpy(np.float64), ms
+    ms = _monotone(grid, "attention.csv", path.name)
+    return (np.empty(0) if single or requests.size == 1 else requests), kv_tokens, ms
 
 
 def _parse_prefill(path: Path, problems: list[str]
@@ -308,15 +327,16 @@ def _parse_prefill(path: Path, problems: list[str]
     file = path / "prefill.csv"
     if not file.exists():
         return np.empty(0), np.empty(0)
-    df = _read_csv(file, PREFILL_REQUIRED, PREFILL_OPTIONAL, problems)
-    if df is None:
+    cols = _read_csv(file, PREFILL_REQUIRED, PREFILL_OPTIONAL, problems)
+    if cols is None:
         return None
-    df = df.sort_values("tokens")
-    if df["tokens"].duplicated().any():
+    tokens = cols["tokens"]
+    order = np.argsort(tokens)
+    if _repeats(tokens):
         problems.append("prefill.csv: duplicate token counts")
         return None
-    ms = _monotone(df["prefill_ms"].to_numpy(np.float64)[None, :], "prefill.csv", path.name)[0]
-    return df["tokens"].to_numpy(np.float64), ms
+    ms = _monotone(cols["prefill_ms"][order][None, :], "prefill.csv", path.name)[0]
+    return tokens[order], ms
 
 
 def _monotone(grid: NDArray[np.float64], file: str, name: str) -> NDArray[np.float64]:
@@ -365,6 +385,8 @@ def write_profile(
 
 def _sizes_as_int(df: pd.DataFrame) -> pd.DataFrame:
     """Return `df` with whole-number size columns as integers: "%.6g" would round 1048576 to 1.04858e+06."""
+    import pandas as pd
+
     out = df.copy()
     for col in ("tokens", "context", "requests", "positions", "kv_tokens"):
         if col in out.columns and pd.api.types.is_float_dtype(out[col]):

@@ -114,8 +114,8 @@ class Cluster:
         self._drained = self.env.event()
         self.ended_at: float | None = None  # when the last request finished, if before the horizon
         self._lengths_from_traces = scenario.workload.lengths.source == "traces"
-        self._trace_prompt = traces.requests["prompt_tokens"].to_numpy(np.int64)
-        self._trace_output = traces.requests["output_tokens"].to_numpy(np.int64)
+        self._trace_prompt = traces.request_columns["prompt_tokens"]
+        self._trace_output = traces.request_columns["output_tokens"]
         wl = scenario.workload
         # read before the simulation starts (the runner has already read and checked it)
         self._arrivals = (load_arrivals(resolve_path(wl.arrivals_csv, base_dir), self.sampler.domains)
@@ -329,19 +329,16 @@ class Cluster:
         self._arrivals_over = True
 
     def _replay(self) -> Generator[simpy.Event, Any, None]:
-        df = self._arrivals
-        assert df is not None
-        limit = self.scenario.run.max_requests or len(df)
-        arrival = df["arrival_s"].to_numpy(np.float64)
-        prompt = df["prompt_tokens"].to_numpy(np.int64)
-        output = df["output_tokens"].to_numpy(np.int64)
-        doms = (
-            [self.sampler.domains.index(str(d)) for d in df["domain"]]
-            if "domain" in df.columns else None
-        )
-        groups = df["prefix_group"].to_numpy(np.int64) if "prefix_group" in df.columns else None
-        shared = df["prefix_tokens"].to_numpy(np.int64) if groups is not None else None
-        for k in range(min(limit, len(df))):
+        cols = self._arrivals
+        assert cols is not None
+        arrival = cols["arrival_s"]
+        limit = self.scenario.run.max_requests or len(arrival)
+        prompt = cols["prompt_tokens"].astype(np.int64)
+        output = cols["output_tokens"].astype(np.int64)
+        doms = [self.sampler.domains.index(str(d)) for d in cols["domain"]] if "domain" in cols else None
+        groups = cols.get("prefix_group")
+        shared = cols.get("prefix_tokens") if groups is not None else None
+        for k in range(min(limit, len(arrival))):
             if arrival[k] > self.env.now:
                 yield self.env.timeout(float(arrival[k]) - self.env.now)
             self.submit(self.new_request(

@@ -10,10 +10,14 @@ property tests.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
 
 from sparksim.errors import SparksimError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 class InvariantError(SparksimError):

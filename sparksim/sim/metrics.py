@@ -10,13 +10,17 @@ as vLLM measures it). `interactivity` is tokens per second per user = 1000 / mea
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
+from numpy.typing import ArrayLike
 
 from sparksim.config import Scenario
 from sparksim.step.records import StreamStats
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 PERCENTILES = (("median", 0.5), ("p90", 0.9), ("p99", 0.99))
 # The request columns the summary reads (`summarize`, and the runner's cost block its
@@ -69,7 +73,7 @@ def acceptance_by_position(stats: StreamStats) -> dict[str, list[float]]:
 
 def summarize(
     scenario: Scenario,
-    requests: pd.DataFrame,
+    requests: Mapping[str, ArrayLike] | pd.DataFrame,
     stats: StreamStats,
     census: dict[str, int],
     domains: list[str],
@@ -78,24 +82,28 @@ def summarize(
 ) -> dict[str, Any]:
     """Return the run's summary dict (what summary.json holds).
 
-    `requests` needs only the SUMMARY_COLUMNS; every figure is computed from the whole
-    column (exact percentiles and means, never a running estimate), so a table streamed to a
-    file and read back in those columns gives the same summary, float for float.
+    `requests` (a frame, or NumPy columns by name) needs only the SUMMARY_COLUMNS; every
+    figure is computed from the whole column (exact percentiles and means, never a running
+    estimate), so a table streamed to a file and read back in those columns gives the same
+    summary, float for float.
     """
+    col = {k: np.asarray(requests[k]) for k in SUMMARY_COLUMNS if k != "preemptions"}
+    arrival, first, finish, out = col["arrival_at"], col["first_token_at"], col["finish_at"], col["output_tokens"]
     w0, w1 = stats.window_start, stats.window_end
     window_s = w1 - w0
-    steady = requests[(requests["arrival_at"] >= w0) & (requests["arrival_at"] <= w1)]
-    ttft = (steady["first_token_at"] - steady["arrival_at"]).to_numpy() * 1e3
-    e2el = (steady["finish_at"] - steady["arrival_at"]).to_numpy() * 1e3
-    multi = steady[steady["output_tokens"] > 1]
-    tpot = ((multi["finish_at"] - multi["first_token_at"]) / (multi["output_tokens"] - 1)).to_numpy() * 1e3
+    steady = (arrival >= w0) & (arrival <= w1)
+    num_steady = int(steady.sum())
+    ttft = (first[steady] - arrival[steady]) * 1e3
+    e2el = (finish[steady] - arrival[steady]) * 1e3
+    multi = steady & (out > 1)
+    tpot = (finish[multi] - first[multi]) / (out[multi] - 1) * 1e3
     per_replica = gpus_per_replica or scenario.cluster.gpus_per_replica or 1
     gpus = scenario.cluster.replicas * per_replica
     pf = scenario.cluster.prefill
     gpus_total = gpus + (pf.instances * per_replica
                          if pf.mode == "disaggregated" else 0)
     out_tput = stats.window_tokens / window_s
-    finished_in_window = requests[(requests["finish_at"] >= w0) & (requests["finish_at"] <= w1)]
+    completed = int(((finish >= w0) & (finish <= w1)).sum())
     summary: dict[str, Any] = {
         "scenario": scenario.name,
         "policy": scenario.policy.name,
@@ -104,16 +112,16 @@ def summarize(
         "window": {"warmup_s": w0, "cooldown_s": scenario.run.duration_s - w1, "length_s": window_s},
         "num_gpus": gpus,
         # finished inside the window, whenever they arrived: what request_throughput counts
-        "completed": len(finished_in_window),
+        "completed": completed,
         # arrived inside the window and finished by the horizon: the latency figures' sample
-        "steady_requests": len(steady),
+        "steady_requests": num_steady,
         # arrived in the window but unfinished at the horizon: latency figures leave them out,
         # so a large share means the system is saturated and the latencies are optimistic
-        "steady_unfinished": max(census.get("arrived_in_window", len(steady)) - len(steady), 0),
+        "steady_unfinished": max(census.get("arrived_in_window", num_steady) - num_steady, 0),
         # of those, the ones that had not started decoding (still queued): a growing queue
         "steady_waiting": census.get("waiting_in_window",
-                                     max(census.get("arrived_in_window", len(steady)) - len(steady), 0)),
-        "request_throughput": len(finished_in_window) / window_s,
+                                     max(census.get("arrived_in_window", num_steady) - num_steady, 0)),
+        "request_throughput": completed / window_s,
         "output_throughput": out_tput,
         "tput_per_gpu": out_tput / gpus,
         "num_gpus_with_prefill": gpus_total,
@@ -134,31 +142,30 @@ def summarize(
     summary["acceptance_by_position"] = acceptance_by_position(stats)
     slo = scenario.slo
     if any(v is not None for v in (slo.ttft_ms, slo.tpot_ms, slo.e2el_ms)):
-        good = np.ones(len(steady), dtype=bool)
+        good = np.ones(num_steady, dtype=bool)
         if slo.ttft_ms is not None:
             good &= ttft <= slo.ttft_ms
         if slo.e2el_ms is not None:
             good &= e2el <= slo.e2el_ms
         if slo.tpot_ms is not None:
-            tp = ((steady["finish_at"] - steady["first_token_at"])
-                  / np.maximum(steady["output_tokens"] - 1, 1)).to_numpy() * 1e3
+            tp = (finish[steady] - first[steady]) / np.maximum(out[steady] - 1, 1) * 1e3
             good &= tp <= slo.tpot_ms
         summary["request_goodput"] = float(good.sum()) / window_s
         summary["slo_attainment"] = float(good.mean()) if len(good) else math.nan
         summary["slo"] = slo.model_dump()
     by_dom = {}
     for k, dom in enumerate(domains):
-        sub = steady[steady["domain"] == k]
-        if len(sub):
-            steps = sub["decode_steps"].sum()
+        sub = steady & (col["domain"] == k)
+        if sub.any():
+            steps = col["decode_steps"][sub].sum()
             by_dom[dom] = {
-                "requests": len(sub),
-                "mean_acceptance_length": float((sub["output_tokens"] - 1).sum() / steps) if steps else math.nan,
+                "requests": int(sub.sum()),
+                "mean_acceptance_length": float((out[sub] - 1).sum() / steps) if steps else math.nan,
             }
     summary["by_domain"] = by_dom
     summary["census"] = census
     summary["counts_note"] = COUNTS_NOTE
-    summary["trace_switches"] = int(requests["trace_switches"].sum())
+    summary["trace_switches"] = int(col["trace_switches"].sum())
     if extra:
         summary.update(extra)
     return summary
@@ -172,6 +179,8 @@ def step_gaps(steps: pd.DataFrame) -> pd.DataFrame:
     step's own, or the step's before a prefill (the finished ones included: off by the one
     or two that just ended). A simulated run without `cost_model.loop_ms` has none.
     """
+    import pandas as pd
+
     start = steps["start_at"].to_numpy()
     end = start + steps["step_s"].to_numpy()
     prefill = steps["prefill_tokens"].to_numpy() > 0

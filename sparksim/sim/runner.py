@@ -14,11 +14,12 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
+from numpy.typing import NDArray
 
+from sparksim.arrow_numpy import read_parquet_columns
 from sparksim.atomic import atomic_dir, owned_prefix, remove_orphans
 from sparksim.config import (
     Scenario,
@@ -40,6 +41,9 @@ from sparksim.sim.workload import load_arrivals
 from sparksim.step.records import Columns, ParquetColumns
 from sparksim.traces.format import TraceSet, load_traceset
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 
 @dataclass
 class RunResult:
@@ -47,13 +51,14 @@ class RunResult:
 
     `requests` and `steps` are DataFrames either way. A streamed table (`run.records.stream`)
     is a parquet file, read back whole at each access: a long run's steps need never fit in
-    memory unless asked for.
+    memory unless asked for. A held table stays in its columns until first read as a frame,
+    so a run that only writes its files never imports pandas.
     """
 
     scenario: Scenario
     summary: dict[str, Any]
-    requests_table: pd.DataFrame | Path
-    steps_table: pd.DataFrame | Path | None  # None: run.records.steps is off
+    requests_table: pd.DataFrame | Columns | Path
+    steps_table: pd.DataFrame | Columns | Path | None  # None: run.records.steps is off
     violations: list[str]
     wall_s: float
     num_steps: int
@@ -63,6 +68,8 @@ class RunResult:
     @property
     def requests(self) -> pd.DataFrame:
         """The per-request table, one row per finished request in finishing order."""
+        if isinstance(self.requests_table, Columns):
+            self.requests_table = self.requests_table.to_frame()
         return _frame(self.requests_table)
 
     @requests.setter
@@ -72,6 +79,8 @@ class RunResult:
     @property
     def steps(self) -> pd.DataFrame | None:
         """The per-step table, one row per engine step (None when run.records.steps is off)."""
+        if isinstance(self.steps_table, Columns):
+            self.steps_table = self.steps_table.to_frame()
         return None if self.steps_table is None else _frame(self.steps_table)
 
     @steps.setter
@@ -84,8 +93,14 @@ class RunResult:
         return isinstance(self.requests_table, Path)
 
 
-def _frame(table: pd.DataFrame | Path) -> pd.DataFrame:
-    return pd.read_parquet(table) if isinstance(table, Path) else table
+def _frame(table: pd.DataFrame | Columns | Path) -> pd.DataFrame:
+    if isinstance(table, Columns):
+        return table.to_frame()
+    if isinstance(table, Path):
+        import pandas as pd
+
+        return pd.read_parquet(table)
+    return table
 
 
 def load_scenario(
@@ -193,7 +208,7 @@ def load_inputs(
             arrivals = load_arrivals(resolve_path(wl.arrivals_csv, base), sorted(traces.domains))
             longest = int((arrivals["prompt_tokens"] + arrivals["output_tokens"]).max())
         elif wl.lengths.source == "traces":
-            longest = int((traces.requests["prompt_tokens"] + traces.requests["output_tokens"]).max())
+            longest = int((traces.request_columns["prompt_tokens"] + traces.request_columns["output_tokens"]).max())
         else:
             longest = wl.lengths.prompt.max + wl.lengths.output.max
         if longest + reserve > kv_capacity:
@@ -212,7 +227,7 @@ def _warn_if_nothing_cacheable(scenario: Scenario, base: Path | None, traces: Tr
         return
     if wl.kind == "replay":
         if wl.arrivals_csv and "prefix_group" not in load_arrivals(
-                resolve_path(wl.arrivals_csv, base), sorted(traces.domains)).columns:
+                resolve_path(wl.arrivals_csv, base), sorted(traces.domains)):
             warnings.warn(f"cluster.prefix_cache.enabled=true but workload.arrivals_csv={wl.arrivals_csv!r} "
                           "has no prefix_group / prefix_tokens columns: no prompt shares a prefix",
                           ProfileWarning, stacklevel=3)
@@ -259,8 +274,8 @@ def simulate(
     requests_table = _table(cluster.request_records)
     steps_table = None if cluster.step_records is None else _table(cluster.step_records)
     # what the summary reads: a streamed table is read back only in the columns it needs
-    requests = (requests_table if isinstance(requests_table, pd.DataFrame)
-                else pd.read_parquet(requests_table, columns=SUMMARY_COLUMNS))
+    requests = (requests_table.arrays(SUMMARY_COLUMNS) if isinstance(requests_table, Columns)
+                else read_parquet_columns(requests_table, SUMMARY_COLUMNS))
     census = cluster.census()
     census["arrived_in_window"] = cluster.arrived_in_window
     census["waiting_in_window"] = cluster.waiting_in_window()
@@ -297,9 +312,9 @@ def simulate(
     return RunResult(scenario, summary, requests_table, steps_table, violations, wall_s, num_steps, tmp)
 
 
-def _table(cols: Columns) -> pd.DataFrame | Path:
-    """Return a finished run's table: a frame, or the file it was streamed to (now complete)."""
-    return cols.close() if isinstance(cols, ParquetColumns) else cols.to_frame()
+def _table(cols: Columns) -> Columns | Path:
+    """Return a finished run's table: its columns, or the file it was streamed to (now complete)."""
+    return cols.close() if isinstance(cols, ParquetColumns) else cols
 
 
 @contextlib.contextmanager
@@ -366,7 +381,7 @@ def run_inputs_summary(scenario: Scenario, policy: Any, profile: Profile, traces
     }
 
 
-def _cost_summary(scenario: Scenario, profile: Profile, policy: Any, requests: pd.DataFrame
+def _cost_summary(scenario: Scenario, profile: Profile, policy: Any, requests: dict[str, NDArray[Any]]
                   ) -> dict[str, Any]:
     """What the run's steps paid for: the drafter, the KV model, the KV cache and its pressure."""
     table = profile.drafter(scenario.policy.drafter) if policy.drafts and profile.drafters else None
@@ -384,7 +399,7 @@ def _cost_summary(scenario: Scenario, profile: Profile, policy: Any, requests: p
             "card memory figures" if cl.kv_capacity_tokens == "auto" and capacity is not None
             else "unlimited (the card has no memory figures)" if cl.kv_capacity_tokens == "auto"
             else "scenario"),
-        "preemptions": int(requests["preemptions"].sum()) if len(requests) else 0,
+        "preemptions": int(requests["preemptions"].sum()),
         "concurrency_asked": asked,
         "concurrency_capped": bool(asked is not None and asked > cl.max_concurrency * cl.replicas),
     }
@@ -421,9 +436,12 @@ def write_results(result: RunResult, out: Path, given: Sequence[str] | None = No
     return out
 
 
-def _write_table(table: pd.DataFrame | Path, path: Path) -> None:
+def _write_table(table: pd.DataFrame | Columns | Path, path: Path) -> None:
     """Write a table held in memory; link (else copy) one already streamed to a file."""
-    if isinstance(table, pd.DataFrame):
+    if isinstance(table, Columns):
+        table.write_parquet(path)  # the bytes `to_parquet` writes of its frame
+        return
+    if not isinstance(table, Path):
         table.to_parquet(path, index=False)
         return
     try:

@@ -12,15 +12,15 @@ import bisect
 import functools
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
-import pandas as pd
 from numpy.typing import NDArray
 
 from sparksim.config import MAX_RUN_REQUESTS
 from sparksim.config_sections import LengthDist, PrefixConfig, WorkloadConfig
 from sparksim.errors import ConfigError, FormatError
+from sparksim.plain_csv import read_csv_columns, to_numeric
 from sparksim.traces.format import TraceSet
 
 MAX_REPLAY_ROWS = MAX_RUN_REQUESTS
@@ -130,12 +130,13 @@ def interarrival_s(rng: np.random.Generator, cfg: WorkloadConfig) -> float:
     return float(rng.gamma(shape, 1.0 / (cfg.rate * shape)))
 
 
-def load_arrivals(path: Path, domains: list[str]) -> pd.DataFrame:
+def load_arrivals(path: Path, domains: list[str]) -> dict[str, NDArray[Any]]:
     """Read and validate an arrival CSV (`arrival_s, prompt_tokens, output_tokens[, domain]`).
 
-    A file is read once per process while it is unchanged (size and modification time):
-    the runner validates it and the cluster replays it from the same table (treat it as
-    read-only).
+    Returns its columns by name: the three lengths and times as float64, the prefix
+    columns as int64, any other as read. A file is read once per process while it is
+    unchanged (size and modification time): the runner validates it and the cluster
+    replays it from the same columns (treat them as read-only).
     """
     try:
         st = Path(path).stat()
@@ -147,70 +148,71 @@ def load_arrivals(path: Path, domains: list[str]) -> pd.DataFrame:
 
 @functools.lru_cache(maxsize=8)
 def _load_arrivals(path_str: str, mtime_ns: int, size: int, domains_key: tuple[str, ...]
-                   ) -> pd.DataFrame:
+                   ) -> dict[str, NDArray[Any]]:
     del mtime_ns, size  # part of the cache key only: a rewritten file is read again
     path = Path(path_str)
     domains = list(domains_key)
     try:
-        df = pd.read_csv(path, nrows=MAX_REPLAY_ROWS + 1)
-    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        cols = read_csv_columns(path, MAX_REPLAY_ROWS, text=("domain",))
+    except (OSError, ValueError) as exc:  # pandas' ParserError, EmptyDataError, UnicodeDecodeError
         raise FormatError(path, [f"cannot be read as CSV ({exc})"]) from None
+    rows = len(next(iter(cols.values()), []))
     problems: list[str] = []
-    if len(df) > MAX_REPLAY_ROWS:
+    if rows > MAX_REPLAY_ROWS:
         problems.append(f"more than {MAX_REPLAY_ROWS} rows")
     for col in ("arrival_s", "prompt_tokens", "output_tokens"):
-        if col not in df.columns:
-            problems.append(f"missing column {col!r} (has {list(df.columns)})")
+        if col not in cols:
+            problems.append(f"missing column {col!r} (has {list(cols)})")
     if problems:
         raise FormatError(path, problems)
-    if df.empty:
+    if not rows:
         raise FormatError(path, ["no rows"])
     for col, low in (("arrival_s", 0.0), ("prompt_tokens", 1), ("output_tokens", 1)):
-        vals = pd.to_numeric(df[col], errors="coerce").to_numpy(np.float64)
+        vals = to_numeric(cols[col])
         bad = ~np.isfinite(vals) | (vals < low)
         if bad.any():
             row = int(np.argmax(bad))  # rows count from 1, as a person reads the CSV
-            problems.append(f"column {col!r} row {row + 1} is {df[col].iloc[row]} (must be >= {low:g})")
-        df[col] = vals
-    if not problems and (np.diff(df["arrival_s"].to_numpy()) < 0).any():
-        row = int(np.argmax(np.diff(df["arrival_s"].to_numpy()) < 0)) + 2
+            problems.append(f"column {col!r} row {row + 1} is {cols[col][row]} (must be >= {low:g})")
+        cols[col] = vals
+    if not problems and (np.diff(cols["arrival_s"]) < 0).any():
+        row = int(np.argmax(np.diff(cols["arrival_s"]) < 0)) + 2
         problems.append(f"column 'arrival_s' row {row} goes back in time (arrivals must be sorted)")
-    if "domain" in df.columns:
-        bad_dom = ~df["domain"].astype(str).isin(domains)
+    if "domain" in cols:
+        bad_dom = ~np.isin(cols["domain"].astype(str), domains)
         if bad_dom.any():
-            row = int(np.argmax(bad_dom.to_numpy()))
-            problems.append(f"column 'domain' row {row + 1} is {df['domain'].iloc[row]!r} "
+            row = int(np.argmax(bad_dom))
+            problems.append(f"column 'domain' row {row + 1} is {cols['domain'][row]!r} "
                             f"(trace set has {domains})")
     if not problems:
-        problems += _prefix_problems(df)
+        problems += _prefix_problems(cols)
     if problems:
         raise FormatError(path, problems)
-    return df
+    return cols
 
 
 PREFIX_COLUMNS = ("prefix_group", "prefix_tokens")
 
 
-def _prefix_problems(df: pd.DataFrame) -> list[str]:
+def _prefix_problems(cols: dict[str, NDArray[Any]]) -> list[str]:
     """Check the optional prefix columns (both or neither): integer groups >= 0 and shared
     tokens in 0..the row's prompt_tokens; convert them to int64 in place."""
-    given = [c for c in PREFIX_COLUMNS if c in df.columns]
+    given = [c for c in PREFIX_COLUMNS if c in cols]
     if not given:
         return []
     if len(given) == 1:
         missing = next(c for c in PREFIX_COLUMNS if c not in given)
         return [f"column {given[0]!r} needs column {missing!r} too (a prefix is a group and a length)"]
     problems = []
-    prompt = df["prompt_tokens"].to_numpy(np.float64)
+    prompt = cols["prompt_tokens"]
     for col in PREFIX_COLUMNS:
-        vals = pd.to_numeric(df[col], errors="coerce").to_numpy(np.float64)
+        vals = to_numeric(cols[col])
         high = prompt if col == "prefix_tokens" else np.inf
         bad = ~np.isfinite(vals) | (vals < 0) | (vals != np.round(vals)) | (vals > high)
         if bad.any():
             row = int(np.argmax(bad))
             bound = (f"an integer in 0..prompt_tokens={prompt[row]:g}" if col == "prefix_tokens"
                      else "an integer >= 0")
-            problems.append(f"column {col!r} row {row + 1} is {df[col].iloc[row]} (must be {bound})")
+            problems.append(f"column {col!r} row {row + 1} is {cols[col][row]} (must be {bound})")
         else:
-            df[col] = vals.astype(np.int64)
+            cols[col] = vals.astype(np.int64)
     return problems

@@ -10,18 +10,23 @@ statistics (the ITL histogram, per-position acceptance counts, window token coun
 
 from __future__ import annotations
 
+import json
 import math
 import typing
 from array import array
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
-import pandas as pd
 from numpy.typing import NDArray
 
+from sparksim.arrow_numpy import from_numpy, read_parquet_columns
 from sparksim.config_sections import RunConfig
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 class RequestRecord(NamedTuple):
@@ -101,16 +106,33 @@ class Columns:
     def __len__(self) -> int:
         return len(self._arrays[0]) + len(self._pending)
 
+    def arrays(self, names: list[str] | None = None) -> dict[str, NDArray[Any]]:
+        """Return the columns (all, or those named) as NumPy arrays, each its own copy."""
+        self.flush()
+        return {k: np.array(self._view(k)) for k in (names or list(self.cols))}
+
+    def _view(self, name: str, rows: int | None = None) -> NDArray[Any]:
+        """A view of a column's first `rows` values (all by default): valid until it grows."""
+        return np.frombuffer(self.cols[name], dtype=np.float64 if self.schema[name] == "d" else np.int64,
+                             count=-1 if rows is None else rows)
+
     def to_frame(self) -> pd.DataFrame:
         """Return the table as a DataFrame (its own copy: the columns may grow on)."""
+        import pandas as pd
+
         self.flush()
         # views, not copies: a DataFrame built from a dict copies its columns, so one copy of
         # a long run's table is made, not two (the views go when this returns)
-        data = {
-            k: np.frombuffer(v, dtype=np.float64 if self.schema[k] == "d" else np.int64)
-            for k, v in self.cols.items()
-        }
-        return pd.DataFrame(data, copy=True)
+        return pd.DataFrame({k: self._view(k) for k in self.cols}, copy=True)
+
+    def write_parquet(self, path: Path) -> None:
+        """Write the table to `path` as `to_frame().to_parquet(path, index=False)` does, byte for byte."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        self.flush()
+        table = pa.Table.from_arrays([from_numpy(self._view(k)) for k in self.cols], schema=arrow_schema(self.schema))
+        pq.write_table(table, path, compression="snappy")  # pandas' own write options
 
 
 # pyarrow's own most rows in a row group (`ParquetWriter.write_table`): a table streamed in
@@ -153,12 +175,9 @@ class ParquetColumns(Columns):
         import pyarrow as pa
 
         assert self._writer is not None, f"{self.path}: written after close"
-        types = [np.float64 if self.schema[k] == "d" else np.int64 for k in self.cols]
-        # from_pandas: NaN becomes null, as `Table.from_pandas` (and so `to_parquet`) makes it
-        group = pa.Table.from_arrays(
-            [pa.array(np.frombuffer(v, dtype=t, count=rows), from_pandas=True)
-             for v, t in zip(self._arrays, types, strict=True)],
-            schema=self._arrow_schema)
+        # NaN becomes null, as `Table.from_pandas` (and so `to_parquet`) makes it
+        group = pa.Table.from_arrays([from_numpy(self._view(k, rows)) for k in self.cols],
+                                     schema=self._arrow_schema)
         self._writer.write_table(group)
         del group  # it may share the columns' buffers, which are replaced below, never resized
         self.cols = {k: v[rows:] for k, v in zip(self.schema, self._arrays, strict=True)}
@@ -180,17 +199,36 @@ class ParquetColumns(Columns):
         self._writer = None
         return self.path
 
+    def arrays(self, names: list[str] | None = None) -> dict[str, NDArray[Any]]:
+        """Return the columns (all, or those named), read back from the file (closing it first)."""
+        return read_parquet_columns(self.close(), names)
+
     def to_frame(self) -> pd.DataFrame:
         """Return the whole table, read back from its file (closing it first)."""
+        import pandas as pd
+
         return pd.read_parquet(self.close())
 
 
 def arrow_schema(schema: dict[str, str]) -> Any:
-    """Return the arrow schema (with pandas metadata) `to_parquet` gives a table of `schema`."""
+    """Return the arrow schema `to_parquet` gives a frame of `schema`'s columns, its pandas
+    metadata (the JSON `pyarrow.pandas_compat.construct_metadata` writes) included.
+
+    Built by hand: `pa.Schema.from_pandas` would import pandas into every run that writes a table.
+    """
     import pyarrow as pa
 
-    empty = pd.DataFrame({k: np.zeros(0, np.float64 if t == "d" else np.int64) for k, t in schema.items()})
-    return pa.Schema.from_pandas(empty, preserve_index=False)
+    kinds = {k: "float64" if t == "d" else "int64" for k, t in schema.items()}
+    meta = {
+        "index_columns": [], "column_indexes": [],
+        "columns": [{"name": k, "field_name": k, "pandas_type": t, "numpy_type": t, "metadata": None}
+                    for k, t in kinds.items()],
+        "attributes": {},
+        "creator": {"library": "pyarrow", "version": pa.__version__},
+        "pandas_version": metadata.version("pandas"),
+    }
+    return pa.schema([(k, pa.float64() if t == "float64" else pa.int64()) for k, t in kinds.items()],
+                     metadata={b"pandas": json.dumps(meta).encode("utf8")})
 
 
 # ITL histogram: log-spaced bins from 1 µs to 1000 s, 200 per decade (≤ 0.6 % bin width).

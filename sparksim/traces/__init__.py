@@ -11,8 +11,8 @@ __all__ = ["TraceSet", "check_traceset", "load_traceset", "write_traceset"]
 
 
 def __getattr__(name: str) -> Any:
-    # The format imports pandas and pyarrow: importing `sparksim.traces.synth` or the CLI must
-    # not pay for them until a trace set is read or written.
+    # The format imports pyarrow: importing `sparksim.traces.synth` or the CLI must
+    # not pay for it until a trace set is read or written.
     if name in __all__:
         from sparksim.traces import format as trace_format
 

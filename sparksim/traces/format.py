@@ -10,6 +10,8 @@ A trace-set folder holds
 
 Arrays are held flat: row i of `conf` belongs to request `row_request[i]`, and request k's
 rows are `offsets[k]:offsets[k+1]`. The replay rule lives in `sparksim.step.acceptance`.
+Loading reads the files into NumPy through their buffers (`sparksim.arrow_numpy`): a run
+never needs pandas to read its traces.
 """
 
 from __future__ import annotations
@@ -19,18 +21,21 @@ import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 from numpy.typing import NDArray
 
+from sparksim.arrow_numpy import to_numpy
 from sparksim.atomic import atomic_dir
 from sparksim.cost.profile import read_card
 from sparksim.errors import ConfigError, FormatError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 TRACE_SOURCES = ("recorded", "synthetic")
 TRACE_CARD_REQUIRED = ("source", "target", "drafter", "gamma", "temperature", "date", "command")
@@ -48,7 +53,8 @@ class TraceSet:
     name: str
     card: dict[str, Any]
     gamma: int
-    requests: pd.DataFrame  # REQUEST_COLUMNS, in file order
+    # REQUEST_COLUMNS by name, in file order: int64 ids and lengths, domains as an object array of str
+    request_columns: dict[str, NDArray[Any]]
     offsets: NDArray[np.int64]  # (n_requests + 1,) first row of each request in the flat arrays
     conf: NDArray[np.float32]  # (N, γ) calibrated conditional confidences
     accepted: NDArray[np.int8]  # (N,) leading drafts accepted when all γ were verified
@@ -56,9 +62,16 @@ class TraceSet:
     p_accept: NDArray[np.float32] | None = None  # (N, γ)
     path: Path | None = None
 
+    @functools.cached_property
+    def requests(self) -> pd.DataFrame:
+        """REQUEST_COLUMNS as a frame, built at first use (the simulator reads `request_columns`)."""
+        import pandas as pd
+
+        return pd.DataFrame({c: self.request_columns[c] for c in REQUEST_COLUMNS})
+
     @property
     def num_requests(self) -> int:
-        return len(self.requests)
+        return len(self.request_columns["request_id"])
 
     @property
     def num_positions(self) -> int:
@@ -66,11 +79,11 @@ class TraceSet:
 
     @property
     def domains(self) -> list[str]:
-        return sorted(self.requests["domain"].unique().tolist())
+        return sorted(set(self.request_columns["domain"].tolist()))
 
     def requests_in(self, domain: str) -> NDArray[np.int64]:
         """Return the indices (not ids) of the requests of `domain`."""
-        return np.flatnonzero(self.requests["domain"].to_numpy() == domain).astype(np.int64)
+        return np.flatnonzero(self.request_columns["domain"] == domain).astype(np.int64)
 
     @functools.cached_property
     def conf64(self) -> NDArray[np.float64]:
@@ -107,7 +120,7 @@ class TraceSet:
         )
 
     def output_tokens(self) -> NDArray[np.int64]:
-        return self.requests["output_tokens"].to_numpy(np.int64)
+        return self.request_columns["output_tokens"]
 
 
 # --------------------------------------------------------------------------- validation
@@ -136,7 +149,7 @@ def _read_parquet(path: Path, problems: list[str]) -> pa.Table | None:
         if meta.num_rows > MAX_POSITIONS:
             problems.append(f"{path.name}: claims {meta.num_rows} rows (limit {MAX_POSITIONS})")
             return None
-        return pq.read_table(path)
+        return pq.ParquetFile(path).read()  # not read_table: its dataset layer imports pandas
     except (pa.ArrowException, OSError) as exc:
         problems.append(f"{path.name}: corrupt or truncated parquet ({exc})")
         return None
@@ -147,7 +160,7 @@ def _first_bad(mask: NDArray[np.bool_]) -> int:
 
 
 def _int_column(table: pa.Table, file: str, col: str, problems: list[str]) -> NDArray[np.int64] | None:
-    arr = table.column(col).to_numpy(zero_copy_only=False)
+    arr = to_numpy(table.column(col))
     if arr.dtype.kind == "f":
         bad = ~np.isfinite(arr) | (arr != np.round(arr))
         if bad.any():
@@ -176,23 +189,41 @@ def _matrix_column(
     if pa.types.is_fixed_size_list(arr.type):
         lengths = np.full(len(arr), arr.type.list_size, dtype=np.int64)
     else:
-        lengths = np.diff(arr.offsets.to_numpy()).astype(np.int64)
+        lengths = np.diff(to_numpy(arr.offsets)).astype(np.int64)
     g = gamma if gamma is not None else (int(lengths[0]) if lengths.size else 0)
     if lengths.size and (lengths != g).any():
         row = _first_bad(lengths != g)
         problems.append(f"{file}: column {col!r} row {row} has {lengths[row]} values; the set's γ is {g}")
         return None
-    flat = arr.flatten().to_numpy(zero_copy_only=False).astype(np.float32)
+    flat = to_numpy(_flat_values(arr)).astype(np.float32)
     if flat.size != len(arr) * g:
         problems.append(f"{file}: column {col!r} holds nulls inside its lists")
         return None
     mat = flat.reshape(len(arr), g)
-    bad = ~np.isfinite(mat).all(axis=1) | (mat < 0).any(axis=1) | (mat > 1).any(axis=1)
+    bad = np.asarray(~np.isfinite(mat).all(axis=1) | (mat < 0).any(axis=1) | (mat > 1).any(axis=1), dtype=bool)
     if bad.any():
         row = _first_bad(bad)
         problems.append(f"{file}: column {col!r} row {row} is NaN or outside [0, 1] ({mat[row].tolist()})")
         return None
     return mat
+
+
+def _flat_values(lists: pa.Array) -> pa.Array:
+    """Return the values of a list array without nulls, as `flatten` (which loads pyarrow.compute) does."""
+    if pa.types.is_fixed_size_list(lists.type):
+        size = lists.type.list_size
+        return lists.values.slice(lists.offset * size, len(lists) * size)
+    offsets = to_numpy(lists.offsets)
+    return lists.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+
+
+def _missing(values: NDArray[Any]) -> NDArray[np.bool_]:
+    """Where a column read by `to_numpy` is missing (None or NaN), as pandas' `isna` finds it."""
+    if values.dtype.kind == "f":
+        return np.isnan(values)
+    if values.dtype == object:
+        return np.array([v is None or v != v for v in values.tolist()], dtype=bool)
+    return np.zeros(len(values), dtype=bool)
 
 
 def _parse(path: Path, problems: list[str]) -> TraceSet | None:
@@ -218,7 +249,7 @@ def _parse(path: Path, problems: list[str]) -> TraceSet | None:
         return None
 
     # requests.parquet
-    req = req_t.select(list(REQUEST_COLUMNS)).to_pandas()
+    req: dict[str, NDArray[Any]] = {}
     for col in ("request_id", "prompt_tokens", "output_tokens"):
         vals = _int_column(req_t, "requests.parquet", col, problems)
         if vals is None:
@@ -229,15 +260,20 @@ def _parse(path: Path, problems: list[str]) -> TraceSet | None:
             problems.append(f"requests.parquet: column {col!r} row {_first_bad(bad)} is {vals[_first_bad(bad)]} (< {low})")
             return None
         req[col] = vals
-    if req["domain"].isna().any():
-        problems.append(f"requests.parquet: column 'domain' row {_first_bad(req['domain'].isna().to_numpy())} is null")
+    domain = to_numpy(req_t.column("domain"))
+    if _missing(domain).any():
+        problems.append(f"requests.parquet: column 'domain' row {_first_bad(_missing(domain))} is null")
         return None
-    req["domain"] = req["domain"].astype(str)
-    if req["request_id"].duplicated().any():
-        row = _first_bad(req["request_id"].duplicated().to_numpy())
-        problems.append(f"requests.parquet: column 'request_id' row {row} repeats id {req['request_id'].iloc[row]}")
+    req["domain"] = domain.astype(str).astype(object)
+    ids = req["request_id"]
+    first = np.unique(ids, return_index=True)[1]
+    if first.size < ids.size:
+        repeated = np.ones(ids.size, dtype=bool)
+        repeated[first] = False
+        row = _first_bad(repeated)
+        problems.append(f"requests.parquet: column 'request_id' row {row} repeats id {ids[row]}")
         return None
-    out_tok = req["output_tokens"].to_numpy(np.int64)
+    out_tok = req["output_tokens"]
     total = int(out_tok.sum())
     if total > MAX_POSITIONS:
         problems.append(f"requests.parquet: output_tokens sum to {total} (limit {MAX_POSITIONS})")
@@ -269,9 +305,9 @@ def _parse(path: Path, problems: list[str]) -> TraceSet | None:
             f"positions.parquet: has {len(rid)} rows but requests.parquet's output_tokens sum to {total}"
         )
         return None
-    offsets = np.zeros(len(req) + 1, dtype=np.int64)
+    offsets = np.zeros(len(ids) + 1, dtype=np.int64)
     np.cumsum(out_tok, out=offsets[1:])
-    want_rid = np.repeat(req["request_id"].to_numpy(np.int64), out_tok)
+    want_rid = np.repeat(ids, out_tok)
     want_pos = np.arange(total, dtype=np.int64) - np.repeat(offsets[:-1], out_tok)
     for col, got, want in (("request_id", rid, want_rid), ("pos", pos, want_pos)):
         bad = got != want
@@ -290,7 +326,7 @@ def _parse(path: Path, problems: list[str]) -> TraceSet | None:
     if problems:
         return None
     return TraceSet(
-        name=path.name, card=card, gamma=gamma, requests=req, offsets=offsets, conf=conf,
+        name=path.name, card=card, gamma=gamma, request_columns=req, offsets=offsets, conf=conf,
         accepted=acc.astype(np.int8), conf_raw=extras["conf_raw"], p_accept=extras["p_accept"],
         path=path,
     )

@@ -167,7 +167,7 @@ def domain_stats(ts: TraceSet) -> dict[str, DomainStats]:
     rows = walk_rows(ts.offsets, ts.accepted, prefill_rows(ts))
     tokens = round_tokens(ts.offsets, ts.accepted, rows)  # (n,) cut at each response's end
     row_request = np.repeat(np.arange(ts.num_requests), np.diff(ts.offsets))
-    domain_of = ts.requests["domain"].to_numpy()
+    domain_of = ts.request_columns["domain"]
     out: dict[str, DomainStats] = {}
     for domain in ts.domains:
         idx = ts.requests_in(domain)

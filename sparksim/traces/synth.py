@@ -250,7 +250,8 @@ def synthesize(
     conf = p_accept if miscalibration is None else quantize(_sigmoid(z / miscalibration))
     out_tok = requests["output_tokens"].to_numpy(np.int64)
     trace = TraceSet(
-        name=model.name, card={}, gamma=gamma, requests=requests,
+        name=model.name, card={}, gamma=gamma,
+        request_columns={c: requests[c].to_numpy(object if c == "domain" else np.int64) for c in REQUEST_COLUMNS},
         offsets=np.concatenate([[0], np.cumsum(out_tok)]).astype(np.int64),
         conf=conf, accepted=np.concatenate(acc_parts), conf_raw=quantize(_sigmoid(z / model.raw_temperature)),
         p_accept=p_accept,
