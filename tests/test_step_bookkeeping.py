@@ -232,3 +232,23 @@ def test_the_context_cap_takes_the_rows_a_whole_batch_prefix_sum_takes(  # type:
     want = max(1, int(np.searchsorted(np.cumsum(contexts), cap, side="right")))
     assert wide_engine._capped_rows(n) == want
     wide_engine.n = 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 16), st.integers(0, 2**16), st.booleans())
+@example(16, 1, True)  # the first slot leaves
+@example(16, 1 << 15, True)  # the last one
+def test_leaving_slots_keep_the_order_of_the_rest(engine, n, bits, give_gone) -> None:  # type: ignore[no-untyped-def]
+    # Why: a finished request leaves the batch and the rest keep their order (the slot order is
+    # DistServe's batch order); one leaving shifts the rest by a slice, several gather by mask.
+    engine._recentre()
+    keep = np.array([(bits >> i) & 1 == 0 for i in range(n)])
+    engine.n = n
+    engine.state[:, :n] = np.arange(NUM_FIELDS * n).reshape(NUM_FIELDS, n) + 1000 * n
+    engine.last_emit[:n] = np.arange(n) * 0.5
+    want_state, want_emit = engine.state[:, :n][:, keep].tolist(), engine.last_emit[:n][keep].tolist()
+    engine._compact(keep, np.flatnonzero(~keep) if give_gone else None)
+    assert engine.n == int(keep.sum())
+    assert engine.state[:, : engine.n].tolist() == want_state
+    assert engine.last_emit[: engine.n].tolist() == want_emit
+    engine.n = 0

@@ -50,9 +50,10 @@ from sparksim.policies.path import (
     top_k_lengths,
 )
 
-# (the request ids as bytes, survival (R, γ), the same survivals sorted descending (R·γ,)).
-# The ids are kept as bytes: comparing two byte strings costs a fifth of comparing arrays.
-Snapshot = tuple[bytes, NDArray[np.float64], NDArray[np.float64]]
+# (the request ids as bytes, survival (R, γ), the same survivals sorted descending (R·γ,) when
+# already sorted, else None). The ids are kept as bytes: comparing two byte strings costs a
+# fifth of comparing arrays.
+Snapshot = tuple[bytes, NDArray[np.float64], NDArray[np.float64] | None]
 
 
 class TwoStep(Policy):
@@ -88,15 +89,13 @@ class TwoStep(Policy):
         return {"delay": self.delay, "ema": self.ema, "initial_budget": self.initial_budget}
 
     def decide(self, batch: StepBatch) -> Lengths:
-        fresh_ranked = sorted_survival(batch.survival)  # for the fill; kept as the snapshot's
-        if self.ema == 0.0:
-            survival, ranked = batch.survival, fresh_ranked
-        else:
-            survival = self._smoothed_survival(batch)
-            ranked = sorted_survival(survival)
+        survival = batch.survival if self.ema == 0.0 else self._smoothed_survival(batch)
         # Copies: should the engine reuse its batch buffers, a stale snapshot that aliased
-        # them would silently turn fresh, and K would read this step's survivals.
-        snapshot = (batch.request_ids.tobytes(), survival.copy(), ranked)
+        # them would silently turn fresh, and K would read this step's survivals. Sorted only
+        # if K ever reads it as it is: when membership has changed by then, K sorts the rows it
+        # matches instead, and the fill needs only the K-th value (a partition, not a sort).
+        fresh_ranked = sorted_survival(survival) if self.delay == 0 else None  # K reads it now
+        snapshot: Snapshot = (batch.request_ids.tobytes(), survival.copy(), fresh_ranked)
         if self.delay == 0:
             stale: Snapshot | None = snapshot
         else:
@@ -104,7 +103,7 @@ class TwoStep(Policy):
         k = self.capacity(batch, stale)
         self._history.append(snapshot)
         self.last_capacity = k
-        return top_k_lengths(batch.survival, k, fresh_ranked)
+        return top_k_lengths(batch.survival, k, fresh_ranked if self.ema == 0.0 else None)
 
     def capacity(self, batch: StepBatch, stale: Snapshot | None) -> int:
         """Return K sized from `stale` (ids, survival, ranked) for this step's requests and costs.
@@ -119,7 +118,7 @@ class TwoStep(Policy):
             return min(self.initial_budget * batch.num_requests, budget)
         ids, survival, ranked = stale
         if ids == batch.request_ids.tobytes():
-            path = batch_path(batch, self._table, survival=survival, ranked=ranked)  # sorted already
+            path = batch_path(batch, self._table, survival=survival, ranked=ranked)  # the snapshot's own rows
         else:
             stale_ids = np.frombuffer(ids, dtype=batch.request_ids.dtype)
             path = batch_path(batch, self._table, survival=stale_rows(batch.request_ids, stale_ids, survival))

@@ -34,9 +34,17 @@ class BatchSlots:
         self._emit_buf = np.full(3 * cap, np.nan)
         self._place(cap)
 
-    def _compact(self, keep: NDArray[np.bool_]) -> None:
-        n_new = int(keep.sum())
+    def _compact(self, keep: NDArray[np.bool_], gone: NDArray[np.intp] | None = None) -> None:
+        """Keep the slots where `keep` (n,) is True, in their order; `gone` may list the others."""
         self._quiet = 0
+        n = self.n
+        if gone is not None and gone.size == 1:  # one leaves (most finishes): shift the rest left
+            i = int(gone[0])
+            self.state[:, i : n - 1] = self.state[:, i + 1 : n]  # numpy copies overlapping slices safely
+            self.last_emit[i : n - 1] = self.last_emit[i + 1 : n]
+            self.n = n - 1
+            return
+        n_new = int(keep.sum())
         self.state[:, :n_new] = self.state[:, : self.n][:, keep]
         self.last_emit[:n_new] = self.last_emit[: self.n][keep]
         self.n = n_new

@@ -321,15 +321,15 @@ class Engine(Scheduler):
             stepped = m
             if any_done:
                 done = st[EMITTED, : self.n] >= st[OUT_LEN, : self.n]
-                stepped -= int(done[:m].sum())
-                finished = [self._park(int(i)) for i in np.flatnonzero(done)]
+                gone = np.flatnonzero(done)
+                finished = [self._park(i) for i in gone.tolist()]
                 # before the callbacks: a closed-loop user resubmits at once, and routing must
                 # see this replica's load
                 if m < n:  # capped: leave and rotate in one move of the m stepped columns
                     self._step_out(~done[:m], m)
                     stepped = 0
-                else:
-                    self._compact(~done)
+                else:  # (the whole batch stepped: nothing to rotate)
+                    self._compact(~done, gone)
                 for req in finished:
                     self._free(req)
                     req.finish_at = req.last_emit_at = now
