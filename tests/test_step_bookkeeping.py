@@ -240,7 +240,7 @@ def test_the_context_cap_takes_the_rows_a_whole_batch_prefix_sum_takes(  # type:
 @example(16, 1 << 15, True)  # the last one
 def test_leaving_slots_keep_the_order_of_the_rest(engine, n, bits, give_gone) -> None:  # type: ignore[no-untyped-def]
     # Why: a finished request leaves the batch and the rest keep their order (the slot order is
-    # DistServe's batch order); one leaving shifts the rest by a slice, several gather by mask.
+    # DistServe's batch order); up to four leaving shift the rest by slices, more gather by mask.
     engine._recentre()
     keep = np.array([(bits >> i) & 1 == 0 for i in range(n)])
     engine.n = n

@@ -37,12 +37,13 @@ class BatchSlots:
     def _compact(self, keep: NDArray[np.bool_], gone: NDArray[np.intp] | None = None) -> None:
         """Keep the slots where `keep` (n,) is True, in their order; `gone` may list the others."""
         self._quiet = 0
-        n = self.n
-        if gone is not None and gone.size == 1:  # one leaves (most finishes): shift the rest left
-            i = int(gone[0])
-            self.state[:, i : n - 1] = self.state[:, i + 1 : n]  # numpy copies overlapping slices safely
-            self.last_emit[i : n - 1] = self.last_emit[i + 1 : n]
-            self.n = n - 1
+        if gone is not None and gone.size <= 4:  # a few leave (most finishes): shift the rest left
+            state, last_emit, n = self.state, self.last_emit, self.n
+            for i in reversed(gone.tolist()):  # the last first, so the earlier indices hold
+                state[:, i : n - 1] = state[:, i + 1 : n]  # numpy copies overlapping slices safely
+                last_emit[i : n - 1] = last_emit[i + 1 : n]
+                n -= 1
+            self.n = n
             return
         n_new = int(keep.sum())
         self.state[:, :n_new] = self.state[:, : self.n][:, keep]
