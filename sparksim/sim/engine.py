@@ -352,7 +352,7 @@ class Engine(Scheduler):
     def _advance_plain(self, m: int) -> tuple[int, bool, bool]:
         """Apply a step that verifies no draft to slots 0..m-1; return (emitted, any done, any past).
 
-        `kernels.advance` with every ℓ = 0, in two slice additions: each running request (none
+        `kernels.advance` with every ℓ = 0, in one slice addition: each running request (none
         has finished: finished ones leave the batch) emits its bonus token, one trace row on.
         When the whole batch steps, `_quiet` carries how many such steps the batch may take
         before its first request can finish or run past its trace rows (the least of OUT_LEN −
