@@ -9,7 +9,9 @@ blank lines, missing cells, spaces, a byte-order mark, too many rows) is read by
 whose errors say what is wrong with it.
 
 A plain file's columns are what `read_csv` gives: int64 where every cell is an integer of
-at most 18 digits, else float64 (correctly rounded, as pandas' own parser rounds), and
+at most 18 digits, else float64 (Python's correctly rounded float(); pandas' default parser
+is not promised to round every decimal so, but gives the same bits on the files tests/test_plain_csv.py
+writes: thousands of values in pandas' own format, %.17g and %.3e), and
 text as an object array of str.
 """
 
