@@ -167,6 +167,9 @@ def test_scalar_fast_path_equals_the_vector_lookup_on_random_profiles(tmp_path: 
             want = prof.verify_s(asked)
             got = [prof.verify_s_scalar(float(t)) for t in asked]
             np.testing.assert_allclose(got, want, rtol=1e-12, err_msg=f"{mode=}")
+            # asked again, in another order (each size is remembered once worked out)
+            again = [prof.verify_s_scalar(float(t)) for t in asked[::-1]]
+            assert again == got[::-1], f"{mode=}"
 
 
 @pytest.mark.parametrize("seed", range(6))

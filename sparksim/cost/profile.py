@@ -91,6 +91,7 @@ class Profile:
     _warned: set[str] = field(default_factory=set, repr=False)
     _draft_cache: dict[tuple[str, int, int], float] = field(default_factory=dict, repr=False)
     _scalar: tuple[list[float], list[float], float] | None = field(default=None, repr=False)
+    _dense_memo: dict[float, float] = field(default_factory=dict, repr=False)  # verify_s_scalar's
     _attn_lists: tuple[list[float], list[list[float]], list[float]] | None = field(default=None, repr=False)
     _prefill_lists: tuple[list[float], list[float]] | None = field(default=None, repr=False)
 
@@ -222,15 +223,23 @@ class Profile:
         """Return `verify_s` for one batch size: the engine's per-step fast path (no arrays).
 
         The same rule (`token_weight`) on Python lists; a test holds the two paths equal on
-        random profiles.
+        random profiles. Each batch size inside the table is worked out once and remembered
+        (a run asks the same few sizes every step).
         """
+        seconds = self._dense_memo.get(tokens)
+        if seconds is not None:
+            return seconds
         cols, ms, limit = self._scalar_tables()
         if tokens > cols[-1]:
-            return float(self.verify_s(tokens))  # extrapolates, and warns once
+            return float(self.verify_s(tokens))  # extrapolates, and warns once (never remembered)
         j, w = token_weight(cols, tokens, limit)
         if len(cols) == 1:
-            return ms[0] * (1.0 + w) / 1e3
-        return ((1.0 - w) * ms[j] + w * ms[j + 1]) / 1e3
+            seconds = ms[0] * (1.0 + w) / 1e3
+        else:
+            seconds = ((1.0 - w) * ms[j] + w * ms[j + 1]) / 1e3
+        if len(self._dense_memo) < 1 << 16:
+            self._dense_memo[tokens] = seconds
+        return seconds
 
     def _scalar_tables(self) -> tuple[list[float], list[float], float]:
         """Python-list copies of the dense table for scalar lookups: (tokens, ms, step limit).
