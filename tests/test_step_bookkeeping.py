@@ -90,7 +90,12 @@ def _feed_and_compare(stats: StreamStats, calls: list[tuple[float, int] | list[f
 
 @pytest.fixture(scope="module")
 def engine():  # type: ignore[no-untyped-def]
-    sc, base = load_scenario(None, ["cluster.max_concurrency=16"])
+    return _default_engine(16)
+
+
+def _default_engine(max_concurrency: int) -> Engine:
+    """The first replica of the default scenario, slots for `max_concurrency` requests."""
+    sc, base = load_scenario(None, [f"cluster.max_concurrency={max_concurrency}"])
     profile, traces, prefill = load_inputs(sc, base)
     return Cluster(sc, profile, traces, prefill, base_dir=base).engines[0]
 
@@ -210,9 +215,7 @@ def test_a_slot_change_that_keeps_the_quiet_count_is_caught_under_check() -> Non
 
 @pytest.fixture(scope="module")
 def wide_engine():  # type: ignore[no-untyped-def]
-    sc, base = load_scenario(None, ["cluster.max_concurrency=2000"])
-    profile, traces, prefill = load_inputs(sc, base)
-    return Cluster(sc, profile, traces, prefill, base_dir=base).engines[0]
+    return _default_engine(2000)
 
 
 @settings(max_examples=80, deadline=None)

@@ -82,17 +82,20 @@ class StepBatch:
     def conf(self) -> NDArray[np.float64]:
         """(R, γ) fresh conditional confidences c_{r,j}."""
         if self._conf is None:
-            assert self._rows is not None
-            self._conf = self._conf_table.take(self._rows, axis=0)
+            self._conf = self._gather(self._conf_table)
         return self._conf
 
     @property
     def survival(self) -> NDArray[np.float64]:
         """(R, γ) a_{r,j} = ∏_{i≤j} c_{r,i}, non-increasing in j."""
         if self._survival is None:
-            assert self._rows is not None
-            self._survival = self._survival_table.take(self._rows, axis=0)
+            self._survival = self._gather(self._survival_table)
         return self._survival
+
+    def _gather(self, table: NDArray[np.float64]) -> NDArray[np.float64]:
+        """The batch's rows of a trace table (N, γ), for a batch built `from_rows`."""
+        assert self._rows is not None
+        return table.take(self._rows, axis=0)
 
     def replace(self, **changes: Any) -> StepBatch:
         """Return a copy with `changes` (any of the constructor's arguments) made."""

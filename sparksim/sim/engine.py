@@ -294,7 +294,7 @@ class Engine(Scheduler):
                 )
                 self._quiet = 0
             else:
-                drafted_ok = np.zeros(m, dtype=np.int64)
+                drafted_ok = self._zeros[:m]  # nothing accepted (the engine never writes `_zeros`)
                 emitted_total, any_done, any_past = self._advance_plain(m)
             if verified and (self.step_records is not None or self.check):
                 accepted_total = int(drafted_ok.sum())  # the record's: what the trace accepted
