@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from numpy.typing import NDArray
 
+from sparksim.cost.pricing import StepCost, unpadded_extra_s
 from sparksim.policies import make_policy
 from sparksim.step import kernels
 from sparksim.step.batch_layout import (
@@ -81,6 +82,105 @@ def test_the_compiled_walk_gives_the_numpy_cut_and_tau_bit_for_bit(path, early_s
     gains, tau, step_s = path
     got = kernels.numba_kernels().theta_scan(gains, tau, step_s, early_stop)
     assert got == kernels.theta_scan_numpy(gains, tau, step_s, early_stop)
+
+
+@st.composite
+def priced_paths(draw: st.DrawFn) -> tuple[NDArray[np.float64], float, NDArray[np.float64], int, tuple]:
+    """Draw a path, a dense staircase past it, where it starts, and a step's price terms."""
+    gains, tau, stairs = draw(paths())
+    first = draw(st.integers(0, 20))
+    dense = np.concatenate((np.full(first, 0.7), stairs, [9.0, 9.5]))  # the table runs past the path
+    terms = (draw(st.sampled_from([0.0, 0.4])), draw(st.sampled_from([0.0, 1e-3, 0.05, 0.3])),
+             draw(st.sampled_from([0.0, 0.1, 0.6])), float(draw(st.integers(0, 20))),
+             draw(st.sampled_from([0.0, 0.2])), draw(st.integers(0, first + gains.size)))
+    return gains, tau, dense, first, terms
+
+
+@settings(max_examples=200, deadline=None)
+@given(priced_paths(), st.booleans())
+def test_the_priced_walk_charges_what_the_step_cost_charges(path, early_stop) -> None:
+    # Why: the policies' Θ must divide by the engine's price (one price): the kernel prices
+    # each B itself, so it must equal the walk over StepCost's own step seconds.
+    gains, tau, dense, first, terms = path
+    fixed_s, attn_token_s, attn_mem_s, prefill, drafts_s, base = terms
+    cost = StepCost(None, fixed_s, 0.0, attn_mem_s=attn_mem_s, attn_token_s=attn_token_s,  # type: ignore[arg-type]
+                    prefill_tokens=int(prefill), drafts_s=drafts_s, base_tokens=base)
+    assert cost.scan_terms == terms
+    tokens = np.arange(first, first + gains.size + 1)
+    step_s = dense[first : first + gains.size + 1] + cost.fixed_s + cost.extra_s(tokens)
+    expected = kernels.theta_scan_numpy(gains, tau, step_s, early_stop)
+    assert kernels.priced_scan_numpy(gains, tau, dense, first, early_stop, *terms) == expected
+    assert expected == walk(gains, tau, step_s, early_stop)
+    np.testing.assert_array_equal(np.broadcast_to(unpadded_extra_s(tokens, *terms[1:]), tokens.shape),
+                                  np.broadcast_to(cost.extra_s(tokens), tokens.shape))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(0.5, 2.0), min_size=1, max_size=30), st.integers(0, 5), st.sampled_from([0.0, 0.4]),
+       st.sampled_from([0.0, 1e-3, 0.05, 0.3]), st.sampled_from([0.0, 0.1, 0.6]), st.integers(0, 20),
+       st.sampled_from([0.0, 0.2]), st.integers(0, 30))
+def test_with_nothing_gained_both_priced_walks_stop_at_the_cheapest_step(
+    dense, first, fixed_s, attn_token_s, attn_mem_s, prefill, drafts_s, base
+) -> None:
+    # The cut hides the prices behind Θ; with every gain 0, τ stays put and the argmax of Θ
+    # is the cheapest B (the first on ties), so each backend shows where its price is lowest.
+    dense_a = np.concatenate((np.zeros(first), dense))
+    n = len(dense) - 1
+    cost = StepCost(None, fixed_s, 0.0, attn_mem_s=attn_mem_s, attn_token_s=attn_token_s,  # type: ignore[arg-type]
+                    prefill_tokens=prefill, drafts_s=drafts_s, base_tokens=base)
+    terms_f = cost.scan_terms
+    tokens = np.arange(first, first + n + 1)
+    # (Θ, not the price: two prices an ulp apart can divide τ into the same Θ)
+    cheapest = int(np.argmax(3.0 / (dense_a[first:] + cost.fixed_s + cost.extra_s(tokens))))
+    zero = np.zeros(n)
+    backends = [kernels.priced_scan_numpy] + ([kernels.numba_kernels().priced_scan] if kernels.HAVE_NUMBA else [])
+    for scan in backends:
+        assert scan(zero, 3.0, dense_a, first, False, *terms_f) == (cheapest, 3.0)
+
+
+@numba_only
+@settings(max_examples=200, deadline=None)
+@given(priced_paths(), st.booleans())
+def test_the_compiled_priced_walk_gives_the_numpy_cut_and_tau_bit_for_bit(path, early_stop) -> None:
+    gains, tau, dense, first, terms = path
+    got = kernels.numba_kernels().priced_scan(gains, tau, dense, first, early_stop, *terms)
+    assert got == kernels.priced_scan_numpy(gains, tau, dense, first, early_stop, *terms)
+
+
+@st.composite
+def memberships(draw: st.DrawFn) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.float64]]:
+    """Draw a snapshot (ids in any order, survivals) and this step's ids: some stayed, some joined."""
+    old = draw(st.integers(1, 300))
+    stale_ids = np.array(draw(st.permutations(range(old))), dtype=np.int64) * 3
+    gamma = draw(st.integers(1, 8))
+    seed = draw(st.integers(0, 2**32 - 1))
+    survival = np.cumprod(np.random.default_rng(seed).uniform(0.0, 1.0, (old, gamma)), axis=1)
+    kept = [int(i) for i in stale_ids if draw(st.booleans())] if draw(st.booleans()) else list(stale_ids)
+    joined = [3 * old + 1 + i for i in range(draw(st.integers(0, 12)))]
+    ids = np.array(draw(st.permutations(kept + joined)) if draw(st.booleans()) else kept + joined, dtype=np.int64)
+    return ids, stale_ids, survival
+
+
+@settings(max_examples=150, deadline=None)
+@given(memberships())
+def test_the_stale_rows_are_each_present_requests_own_in_its_order(case) -> None:
+    ids, stale_ids, survival = case
+    rows, p = kernels.stale_rows_numpy(ids, stale_ids, survival)
+    where = {int(i): r for r, i in enumerate(stale_ids)}
+    present = [where[int(i)] for i in ids if int(i) in where]
+    assert p == len(present) and rows.shape == (ids.size, survival.shape[1])
+    np.testing.assert_array_equal(rows[:p], survival[present])
+
+
+@numba_only
+@settings(max_examples=150, deadline=None)
+@given(memberships())
+def test_the_compiled_stale_rows_are_the_numpy_rows_bit_for_bit(case) -> None:
+    ids, stale_ids, survival = case
+    got, p = kernels.numba_kernels().stale_rows(ids, stale_ids, survival)
+    want, q = kernels.stale_rows_numpy(ids, stale_ids, survival)
+    assert p == q
+    np.testing.assert_array_equal(got[:p], want[:p])
 
 
 @numba_only

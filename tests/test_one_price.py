@@ -56,6 +56,9 @@ def test_the_policy_view_of_any_lengths_is_the_engines_charge(profile_dir: Path)
                 tokens = cost.base_tokens + int(lengths.sum())
                 view = float(cost.step_s(np.array([tokens]), np.array([int(lengths.max())]))[0])
                 assert view == pytest.approx(cost.price(lengths).total_s, rel=1e-9)
+                # the engine's scalar attention term is the policies' array one, to the bit
+                longest = int(lengths.max()) if lengths.sum() else 0
+                assert cost.price(lengths).attention_s == float(cost.attention_excess_s(tokens, longest))
 
 
 @pytest.mark.parametrize("profile_dir", PROFILES, ids=lambda p: p.name)

@@ -137,9 +137,10 @@ class StepCost:
         prof = self.profile
         dense_s = prof.verify_s_scalar(tokens) if self.requests else prof.prefill_dense_s(tokens)
         attention_s = 0.0
-        if self.attn_token_s:
+        if self.attn_token_s:  # `attention_excess_s` at one B, in Python floats (the same operations)
             longest = int(lengths.max()) if verified else 0
-            attention_s = float(self.attention_excess_s(tokens, longest))
+            queries = self.requests * (1.0 + longest) if self.padded else tokens - float(self.prefill_tokens)
+            attention_s = max(self.attn_token_s * queries - self.attn_mem_s, 0.0)
         return StepPrice(self.draft_s, dense_s, self.kv_s, attention_s,
                          self.drafts_s if verified else 0.0, self.overhead_s)
 
@@ -187,10 +188,14 @@ class StepCost:
     def extra_s(self, tokens: ArrayLike, longest: ArrayLike | None = None) -> NDArray[np.float64] | float:
         """What a step of `tokens` pays beyond fixed + dense(B): attention compute past the KV
         read, and `drafts_s` once it verifies any draft (B past `base_tokens`)."""
-        out = self.attention_excess_s(tokens, longest)
-        if not self.drafts_s:
-            return out
-        return out + self.drafts_s * (np.asarray(tokens) > self.base_tokens).astype(np.float64)
+        return with_drafts_s(self.attention_excess_s(tokens, longest), tokens, self.drafts_s, self.base_tokens)
+
+    @property
+    def scan_terms(self) -> tuple[float, float, float, float, float, int]:
+        """(fixed_s, attn_token_s, attn_mem_s, prefill_tokens, drafts_s, base_tokens): what
+        `kernels.priced_scan` needs to price B itself, where the price depends on B only."""
+        return (self.fixed_s, self.attn_token_s, self.attn_mem_s, float(self.prefill_tokens),
+                self.drafts_s, self.base_tokens)
 
     def step_s(self, tokens: ArrayLike, longest: ArrayLike | None = None) -> NDArray[np.float64]:
         """Return seconds per step (overhead included) for each total batch size in `tokens`.
@@ -203,3 +208,20 @@ class StepCost:
     @property
     def captured_sizes(self) -> tuple[int, ...]:
         return self.profile.captured_sizes
+
+
+def with_drafts_s(excess_s: NDArray[np.float64] | float, tokens: ArrayLike, drafts_s: float,
+                  base_tokens: int) -> NDArray[np.float64] | float:
+    """Add the drafts overhead to `excess_s` at each of `tokens` that verifies a draft (B > base)."""
+    if not drafts_s:
+        return excess_s
+    return excess_s + drafts_s * (np.asarray(tokens) > base_tokens).astype(np.float64)
+
+
+def unpadded_extra_s(tokens: NDArray[np.int64], attn_token_s: float, attn_mem_s: float, prefill_tokens: float,
+                     drafts_s: float, base_tokens: int) -> NDArray[np.float64] | float:
+    """`StepCost.extra_s` where the price depends on B only (no padded attention), from its terms."""
+    excess: NDArray[np.float64] | float = 0.0
+    if attn_token_s:
+        excess = np.maximum(attn_token_s * (tokens.astype(np.float64) - prefill_tokens) - attn_mem_s, 0.0)
+    return with_drafts_s(excess, tokens, drafts_s, base_tokens)

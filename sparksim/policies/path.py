@@ -107,6 +107,13 @@ class CostTable:
             return cached + cost.fixed_s + cost.extra_s(np.arange(first_tokens, first_tokens + count))
         return cached + cost.fixed_s
 
+    def scan(self, cost: StepCost, first_tokens: int, gains: NDArray[np.float64], tau_start: float,
+             early_stop: bool) -> tuple[int, float]:
+        """`kernels.theta_scan` along `gains` with step_s(B) for B = first_tokens .. + n, priced
+        inside the kernel (`kernels.priced_scan`): for a price that depends on B only (not `shaped`)."""
+        self._ensure(cost.profile, first_tokens + gains.size + 1)
+        return kernels.priced_scan(gains, tau_start, self._dense, first_tokens, early_stop, *cost.scan_terms)
+
     def step_s_at(self, cost: StepCost, tokens: NDArray[np.int64],
                   longest: NDArray[np.int64] | None = None) -> NDArray[np.float64]:
         """Return step_s(B) for each B in `tokens` (sorted ascending), at its `longest` block if given."""
@@ -198,13 +205,16 @@ class Path:
     def greedy_cut(self, first_chunk: int = 64) -> int:
         """Return how many admissions Alg. 1 keeps: it stops at the first k not raising Θ.
 
-        The walk (`kernels.theta_scan`) goes over consecutive chunks of k growing 4x, each
-        carrying τ over from the last: where the step cost is not cached for the whole
-        path, only the chunks the walk reaches are priced, and Alg. 1 usually stops early.
-        A caller that knows roughly where the stop lies (the last step's) passes a
-        `first_chunk` past it, so a steady batch takes one chunk.
+        Where the price depends on B only, one compiled walk (`kernels.priced_scan`) prices
+        each B as it reaches it. Otherwise (padded attention: the price reads the longest
+        block) the walk (`kernels.theta_scan`) goes over consecutive chunks of k growing 4x,
+        each carrying τ over from the last, so only the chunks it reaches are priced, and
+        Alg. 1 usually stops early; a caller that knows roughly where the stop lies (the
+        last step's) passes a `first_chunk` past it, so a steady batch takes one chunk.
         """
         n = self.size
+        if self.longest is None:  # priced by B alone: one compiled walk prices what it reaches
+            return self.table.scan(self.cost, self.fixed_tokens, self.gains, float(self.num_requests), True)[0]
         lo, chunk, tau_lo = 0, max(first_chunk, 1), float(self.num_requests)
         while True:
             hi = min(n, lo + chunk)
@@ -221,6 +231,8 @@ class Path:
         promising ones was measured slower with numpy up to R·γ = 7680: it needs a dozen
         small array operations.)
         """
+        if self.longest is None:  # priced by B alone: the kernel prices each B itself
+            return self.table.scan(self.cost, self.fixed_tokens, self.gains, float(self.num_requests), False)[0]
         k, _ = kernels.theta_scan(self.gains, float(self.num_requests), self.step_s(), False)
         return k
 
@@ -280,8 +292,10 @@ def path_longest(survival: NDArray[np.float64], ranked: NDArray[np.float64], n: 
 
 def num_positive(ranked: NDArray[np.float64]) -> int:
     """Return how many of `ranked` (descending) are above 0: the candidates a path may admit."""
+    if ranked.size == 0 or ranked[-1] > 0.0:  # the usual case: no zero survival
+        return int(ranked.size)
     # ranked[::-1] is ascending (for `sorted_survival`'s view, the sorted array itself)
-    return int(ranked.size - np.searchsorted(ranked[::-1], 0.0, side="right"))
+    return int(ranked.size - ranked[::-1].searchsorted(0.0, side="right"))
 
 
 def top_k_lengths(

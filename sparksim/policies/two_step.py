@@ -49,6 +49,7 @@ from sparksim.policies.path import (
     sorted_survival,
     top_k_lengths,
 )
+from sparksim.step import kernels
 
 # (the request ids as bytes, survival (R, γ), the same survivals sorted descending (R·γ,) when
 # already sorted, else None). The ids are kept as bytes: comparing two byte strings costs a
@@ -121,7 +122,10 @@ class TwoStep(Policy):
             path = batch_path(batch, self._table, survival=survival, ranked=ranked)  # the snapshot's own rows
         else:
             stale_ids = np.frombuffer(ids, dtype=batch.request_ids.dtype)
-            path = batch_path(batch, self._table, survival=stale_rows(batch.request_ids, stale_ids, survival))
+            rows, present = kernels.stale_rows(batch.request_ids, stale_ids, survival)
+            if present < rows.shape[0]:  # joined since: the snapshot's per-position mean
+                rows[present:] = survival.sum(axis=0) / survival.shape[0]
+            path = batch_path(batch, self._table, survival=rows)
         return round_to_captured(path, path.best_cut(), self._table.captured_sizes(batch.cost))
 
     def _smoothed_survival(self, batch: StepBatch) -> NDArray[np.float64]:
@@ -134,27 +138,3 @@ class TwoStep(Policy):
         self._ema_ids, self._ema_conf = ids[order], smoothed[order]
         return np.cumprod(smoothed, axis=1, dtype=np.float64)
 
-
-def stale_rows(
-    ids: NDArray[np.int64], stale_ids: NDArray[np.int64], stale_survival: NDArray[np.float64]
-) -> NDArray[np.float64]:
-    """Return one stale survival row per current request (R, γ), in no particular order.
-
-    Present in the snapshot: its own row; joined since: the snapshot's per-position mean.
-    Requests that left since are dropped. The order does not matter: the path sorts values.
-    """
-    if ids.shape == stale_ids.shape and (ids == stale_ids).all():
-        return stale_survival
-    # which current requests the snapshot holds (np.isin costs several times this at this size)
-    order = np.argsort(stale_ids)
-    sorted_ids = stale_ids[order]
-    pos = np.minimum(np.searchsorted(sorted_ids, ids), sorted_ids.size - 1)
-    present = sorted_ids[pos] == ids  # (R,)
-    rows = order[pos[present]]
-    if rows.size == ids.size:
-        return stale_survival[rows]
-    # np.vstack, np.broadcast_to and .mean cost more than the rows themselves at this size
-    out = np.empty((ids.size, stale_survival.shape[1]))
-    stale_survival.take(rows, axis=0, out=out[: rows.size])
-    out[rows.size :] = stale_survival.sum(axis=0) / stale_survival.shape[0]
-    return out

@@ -5,7 +5,12 @@
 which Θ stops rising (greedy) or the smallest k maximising it (argmax, two-step). In numpy
 that is a cumulative sum, a division and an argmax, three passes over R·γ values at about
 1 µs of call overhead each, on top of a cumulative sum as slow as the sort itself; one
-compiled loop does it in one pass. `count_at_least` counts, per request, the survivals at
+compiled loop does it in one pass. `priced_scan` is the same walk pricing each B itself from
+the dense table and the step's terms, where the price depends on B only: the step seconds
+of a whole path (a slice, an addition and the extra terms' half-dozen operations) are never
+built, and an early stop prices only the B it reaches. `stale_rows` matches two-step's
+snapshot rows to this step's requests (an argsort, a search and a gather per request, a dozen
+numpy calls). `count_at_least` counts, per request, the survivals at
 or above the fill's threshold: a reduction along the short γ axis, which numpy does slowly.
 `advance` applies one engine step to the running batch (the replay rule of
 `sparksim.step.acceptance`, the state counters, the (ℓ, accepted) histogram and the finished /
@@ -33,6 +38,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
+from sparksim.cost.pricing import unpadded_extra_s
 from sparksim.step.acceptance import replay_step
 from sparksim.step.batch_layout import (
     ACCEPTED,
@@ -66,6 +72,47 @@ def theta_scan_numpy(
     theta = tau / step_s
     k = first_non_improvement(theta) if early_stop else int(theta.argmax())
     return k, float(tau[k])
+
+
+def priced_scan_numpy(
+    gains: NDArray[np.float64], tau_start: float, dense: NDArray[np.float64], first: int, early_stop: bool,
+    fixed_s: float, attn_token_s: float, attn_mem_s: float, prefill_tokens: float, drafts_s: float,
+    base_tokens: int,
+) -> tuple[int, float]:
+    """`theta_scan` with step_s(B) for B = first .. first + n priced from the terms of a step
+    whose price depends on B only (`StepCost.scan_terms`): dense[B] + fixed_s + extra_s(B)."""
+    n = gains.size
+    step_s = dense[first : first + n + 1] + fixed_s
+    if attn_token_s or drafts_s:
+        tokens = np.arange(first, first + n + 1)
+        step_s = step_s + unpadded_extra_s(tokens, attn_token_s, attn_mem_s, prefill_tokens, drafts_s, base_tokens)
+    return theta_scan_numpy(gains, tau_start, step_s, early_stop)
+
+
+def stale_rows_numpy(
+    ids: NDArray[np.int64], stale_ids: NDArray[np.int64], stale_survival: NDArray[np.float64]
+) -> tuple[NDArray[np.float64], int]:
+    """Return (rows (R, γ), p): the snapshot's survival row of each current request it holds.
+
+    Two-step's K reads one stale row per request in this step: a request in the snapshot
+    (`stale_ids`, `stale_survival`) its own. Those p rows come first, in the order of `ids`;
+    requests that left since are dropped, and rows p.. (the requests that joined since) are
+    the caller's to fill. The path sorts values, so the order does not change K.
+    """
+    if ids.shape == stale_ids.shape and (ids == stale_ids).all():
+        return stale_survival, ids.size
+    # which current requests the snapshot holds (np.isin costs several times this at this size)
+    order = np.argsort(stale_ids)
+    sorted_ids = stale_ids[order]
+    pos = np.minimum(np.searchsorted(sorted_ids, ids), sorted_ids.size - 1)
+    present = sorted_ids[pos] == ids  # (R,)
+    rows = order[pos[present]]
+    if rows.size == ids.size:
+        return stale_survival[rows], rows.size
+    # np.vstack and np.broadcast_to cost more than the rows themselves at this size
+    out = np.empty((ids.size, stale_survival.shape[1]))
+    stale_survival.take(rows, axis=0, out=out[: rows.size])
+    return out, rows.size
 
 
 def count_at_least_numpy(survival: NDArray[np.float64], v: float) -> NDArray[np.int64]:
@@ -128,6 +175,58 @@ def _theta_scan_loop(
     return best_k, best_tau
 
 
+def _priced_scan_loop(
+    gains: NDArray[np.float64], tau_start: float, dense: NDArray[np.float64], first: int, early_stop: bool,
+    fixed_s: float, attn_token_s: float, attn_mem_s: float, prefill_tokens: float, drafts_s: float,
+    base_tokens: int,
+) -> tuple[int, float]:
+    """The same walk as `priced_scan_numpy`, pricing each B only when the walk reaches it
+    (compiled by numba; `unpadded_extra_s`'s operations, in its order)."""
+    varies = attn_token_s != 0.0 or drafts_s != 0.0
+    tau = tau_start
+    best, best_k, best_tau = 0.0, 0, tau
+    for k in range(gains.size + 1):
+        if k:
+            tau += gains[k - 1]
+        b = first + k
+        step = dense[b] + fixed_s
+        if varies:
+            extra = 0.0
+            if attn_token_s != 0.0:
+                extra = max(attn_token_s * (float(b) - prefill_tokens) - attn_mem_s, 0.0)
+            if drafts_s != 0.0:
+                extra = extra + drafts_s * (1.0 if b > base_tokens else 0.0)
+            step = step + extra
+        theta = tau / step
+        if k == 0:
+            best = theta
+        elif theta > best:
+            best, best_k, best_tau = theta, k, tau
+        elif early_stop:
+            break
+    return best_k, best_tau
+
+
+def _stale_rows_loop(
+    ids: NDArray[np.int64], stale_ids: NDArray[np.int64], stale_survival: NDArray[np.float64]
+) -> tuple[NDArray[np.float64], int]:
+    """The same rows as `stale_rows_numpy`, matched one request at a time (compiled by numba)."""
+    num, old = ids.size, stale_ids.size
+    out = np.empty((num, stale_survival.shape[1]))
+    if num == old and (ids == stale_ids).all():
+        out[:] = stale_survival
+        return out, num
+    order = np.argsort(stale_ids)
+    sorted_ids = stale_ids[order]
+    filled = 0
+    for i in range(num):
+        p = min(np.searchsorted(sorted_ids, ids[i]), old - 1)
+        if sorted_ids[p] == ids[i]:
+            out[filled] = stale_survival[order[p]]
+            filled += 1
+    return out, filled
+
+
 def _count_at_least_loop(survival: NDArray[np.float64], v: float) -> NDArray[np.int64]:
     """The same counts as `count_at_least_numpy`, one row at a time (compiled by numba).
 
@@ -174,14 +273,16 @@ def _advance_loop(
 
 
 class Kernels(NamedTuple):
-    """One backend's three kernels."""
+    """One backend's kernels."""
 
     theta_scan: Callable[..., Any]
     count_at_least: Callable[..., Any]
     advance: Callable[..., Any]
+    priced_scan: Callable[..., Any]
+    stale_rows: Callable[..., Any]
 
 
-NUMPY = Kernels(theta_scan_numpy, count_at_least_numpy, advance_numpy)
+NUMPY = Kernels(theta_scan_numpy, count_at_least_numpy, advance_numpy, priced_scan_numpy, stale_rows_numpy)
 
 # Whether numba is installed, found without importing it: importing numba loads LLVM
 # (about 0.3 s and 60 MB), which a command that never steps an engine should not pay.
@@ -195,7 +296,8 @@ def numba_kernels() -> Kernels:
     import numba
 
     jit = numba.njit(cache=True, nogil=True)
-    return Kernels(jit(_theta_scan_loop), jit(_count_at_least_loop), jit(_advance_loop))
+    return Kernels(jit(_theta_scan_loop), jit(_count_at_least_loop), jit(_advance_loop), jit(_priced_scan_loop),
+                   jit(_stale_rows_loop))
 
 
 def _on_first_call(name: str) -> Callable[..., Any]:
@@ -237,25 +339,27 @@ advance: Callable[
     [NDArray[np.int64], int, NDArray[np.int64], NDArray[np.int64], NDArray[np.int64], int],
     tuple[NDArray[np.int64], int, bool, bool],
 ]
+priced_scan: Callable[..., tuple[int, float]]
+stale_rows: Callable[[NDArray[np.int64], NDArray[np.int64], NDArray[np.float64]], tuple[NDArray[np.float64], int]]
 _CHOICE = os.environ.get("SPARKSIM_KERNELS", "").lower()
 if HAVE_NUMBA and _CHOICE == "numba":  # asked for: bind (and load) numba on the first call
     BACKEND = "numba"
-    theta_scan, count_at_least, advance = (_on_first_call(name) for name in Kernels._fields)
+    theta_scan, count_at_least, advance, priced_scan, stale_rows = (_on_first_call(name) for name in Kernels._fields)
 elif HAVE_NUMBA and _CHOICE != "numpy":  # the default: numpy first, numba once it pays
     BACKEND = "numba"
-    theta_scan, count_at_least, advance = (_warming(name) for name in Kernels._fields)
+    theta_scan, count_at_least, advance, priced_scan, stale_rows = (_warming(name) for name in Kernels._fields)
 else:
     BACKEND = "numpy"
-    theta_scan, count_at_least, advance = NUMPY
+    theta_scan, count_at_least, advance, priced_scan, stale_rows = NUMPY
 
 
 def use(backend: str) -> None:
     """Switch the kernels to `backend` ("numba" or "numpy"), e.g. to compare the two."""
-    global theta_scan, count_at_least, advance, BACKEND
+    global theta_scan, count_at_least, advance, priced_scan, stale_rows, BACKEND
     if backend == "numpy":
-        theta_scan, count_at_least, advance = NUMPY
+        theta_scan, count_at_least, advance, priced_scan, stale_rows = NUMPY
     elif backend == "numba" and HAVE_NUMBA:
-        theta_scan, count_at_least, advance = numba_kernels()
+        theta_scan, count_at_least, advance, priced_scan, stale_rows = numba_kernels()
     else:
         raise ValueError(f"kernel backend {backend!r} is not available (numba installed: "
                          f"{HAVE_NUMBA}); use 'numba' or 'numpy'")
