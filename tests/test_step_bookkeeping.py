@@ -19,8 +19,9 @@ from sparksim.sim.engine import Engine
 from sparksim.sim.invariants import InvariantError
 from sparksim.sim.runner import load_inputs, load_scenario, simulate
 from sparksim.sim.scheduler import Request, Scheduler
+from sparksim.sim.workload import RequestSpec
 from sparksim.step import kernels, records
-from sparksim.step.batch_layout import CONTEXT, NUM_FIELDS, RID
+from sparksim.step.batch_layout import CONTEXT, NUM_FIELDS, RID, ROW, ROW_END, TRACE_CUR
 from sparksim.step.records import StreamStats, itl_bin, itl_bins
 
 # every bin edge, just either side of it, 1 µs and below, beyond 1000 s, and a spread between
@@ -227,13 +228,13 @@ def test_the_context_cap_takes_the_rows_a_whole_batch_prefix_sum_takes(  # type:
         wide_engine, n, top, cap, last, seed) -> None:
     # Why: the cap's rows are found on a prefix of the batch (DistServe's colocated benchmark
     # holds thousands of requests, most waiting); whatever the last step took, the rows must be
-    # those of the full cumulative sum.
+    # those of the full cumulative sum, and the step's KV theirs.
     contexts = np.random.default_rng(seed).integers(1, top + 1, n)
     wide_engine.n = n
     wide_engine.state[CONTEXT, :n] = contexts
     wide_engine.max_context_tokens, wide_engine._capped_last = cap, last
     want = max(1, int(np.searchsorted(np.cumsum(contexts), cap, side="right")))
-    assert wide_engine._capped_rows(n) == want
+    assert wide_engine._capped_rows(n) == (want, int(contexts[:want].sum()))  # and the KV they hold
     wide_engine.n = 0
 
 
@@ -255,3 +256,29 @@ def test_leaving_slots_keep_the_order_of_the_rest(engine, n, bits, give_gone) ->
     assert engine.state[:, : engine.n].tolist() == want_state
     assert engine.last_emit[: engine.n].tolist() == want_emit
     engine.n = 0
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 3000), st.integers(0, 2**31))
+def test_a_request_past_its_trace_continues_on_others_of_its_domain_as_often_as_it_takes(
+        overshoot, seed) -> None:
+    # Why: a request emitting past its trace request's rows continues on another of the same
+    # domain, from position 1 moved on by the overshoot (clamped at that request's end); an
+    # overshoot past a whole trace request switches again, from position 1. Every switch counts.
+    engine = _default_engine(4)
+    engine.rng = np.random.default_rng(seed)
+    offsets = engine.t_offsets
+    dom = 0
+    first = int(engine.sampler.by_domain[dom][0])
+    end = int(offsets[first + 1])
+    req = Request(RequestSpec(7, 0.0, 10, 10**6, dom, first, -1), row=end + overshoot, row_end=end,
+                  trace_current=first, emitted=1, context=11)
+    engine._join(req)  # runs past its rows on joining: continued there
+    replay = np.random.default_rng(seed)
+    row, cur, left, switches = end + overshoot, first, overshoot, 0
+    while row >= end:  # the rule, spelled out
+        cur = engine.sampler.next_in_domain(replay, dom, cur)
+        end = int(offsets[cur + 1])
+        row, left, switches = min(int(offsets[cur]) + 1 + left, end), 0, switches + 1
+    assert (int(engine.state[ROW, 0]), int(engine.state[ROW_END, 0]), int(engine.state[TRACE_CUR, 0])) == (row, end, cur)
+    assert req.switches == switches >= 1

@@ -217,14 +217,13 @@ class Engine(Scheduler):
         """
         n = self.n
         plan = self._plan_prefill(self.max_batch_tokens - n * self.reserve) if self.prefilling else []
-        m = n
+        m, kv_tokens = n, self.ctx_sum
         if plan and self.prefill_first:
-            m = 0
+            m, kv_tokens = 0, 0
         elif n and self.ctx_sum > self.max_context_tokens:
-            m = self._capped_rows(n)
+            m, kv_tokens = self._capped_rows(n)
         irregular = self._irregular or m < n  # some gap is not one step long
         self._irregular = m < n
-        kv_tokens = self.ctx_sum if m == n else int(self.state[CONTEXT, :m].sum())
         drafting = self.drafts and m > 0 and (not self.asks_drafting or self.policy.drafts_at(m))
         self._drafting = drafting  # a step without drafts verifies none (`_decide`)
         decision_s = 0.0  # known before the policy runs (sync pipeline), so its Θ counts it
@@ -373,8 +372,10 @@ class Engine(Scheduler):
             return m, False, False
         self._quiet = 0
         done = st[EMITTED, :m] >= st[OUT_LEN, :m]
-        past = ~done & (st[ROW, :m] >= st[ROW_END, :m])
-        return m, bool(done.any()), bool(past.any())
+        out = st[ROW, :m] >= st[ROW_END, :m]
+        if not (done | out).any():  # the usual step: nobody is due (one reduction, not two)
+            return m, False, False
+        return m, bool(done.any()), bool((out & ~done).any())
 
     def _record_itl(self, m: int, n: int, now: float, step_s: float, irregular: bool) -> None:
         """Record the inter-token gaps of the m requests this step advanced.

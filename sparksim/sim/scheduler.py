@@ -197,18 +197,19 @@ class Scheduler(BatchSlots):
         st = self.state
         self._quiet = 0
         over = (st[ROW, idx] >= st[ROW_END, idx]) & (st[EMITTED, idx] < st[OUT_LEN, idx])
-        for i in idx[over]:
-            overshoot = int(st[ROW, i] - st[ROW_END, i])  # tokens emitted past the old end
-            while st[ROW, i] >= st[ROW_END, i]:
-                dom, cur = int(st[DOM, i]), int(st[TRACE_CUR, i])
-                nxt = self.sampler.next_in_domain(self.rng, dom, cur)
-                start, end = int(self.t_offsets[nxt]), int(self.t_offsets[nxt + 1])
-                st[TRACE_CUR, i] = nxt
+        for i in idx[over].tolist():  # (Python ints: a numpy scalar costs more than its arithmetic)
+            row, end, dom, cur = (int(v) for v in st[[ROW, ROW_END, DOM, TRACE_CUR], i])
+            overshoot = row - end  # tokens emitted past the old end
+            switches = 0
+            while row >= end:
+                cur = self.sampler.next_in_domain(self.rng, dom, cur)
+                start, end = int(self.t_offsets[cur]), int(self.t_offsets[cur + 1])
                 # like a fresh request, replay from position 1, moved on by the overshoot
-                st[ROW, i] = min(start + 1 + overshoot, end)
-                st[ROW_END, i] = end
+                row = min(start + 1 + overshoot, end)
                 overshoot = 0
-                self.active[int(st[RID, i])].switches += 1
+                switches += 1
+            st[ROW, i], st[ROW_END, i], st[TRACE_CUR, i] = row, end, cur
+            self.active[int(st[RID, i])].switches += switches
 
     def _preempt_if_needed(self) -> None:
         """Preempt the newest running requests (recompute) until the step's KV reservation fits."""
@@ -249,8 +250,9 @@ class Scheduler(BatchSlots):
             left -= take
         return plan
 
-    def _capped_rows(self, n: int) -> int:
-        """Return how many leading running requests fit the step's context-token cap (≥ 1).
+    def _capped_rows(self, n: int) -> tuple[int, int]:
+        """Return (m, their KV tokens): how many leading running requests fit the step's
+        context-token cap (≥ 1), and the contexts they hold.
 
         Taken in batch order and stopping at the first that does not fit, as DistServe's
         decode batching does; the rest wait, and `_rotate` moves the stepped ones behind them.
@@ -267,4 +269,4 @@ class Scheduler(BatchSlots):
                 break
             k = min(n, 4 * k)
         self._capped_last = m = max(1, int(held.searchsorted(cap, side="right")))
-        return m
+        return m, int(held[m - 1])
