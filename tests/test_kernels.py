@@ -152,7 +152,7 @@ def memberships(draw: st.DrawFn) -> tuple[NDArray[np.int64], NDArray[np.int64], 
     """Draw a snapshot (ids in any order, survivals) and this step's ids: some stayed, some joined."""
     old = draw(st.integers(1, 300))
     stale_ids = np.array(draw(st.permutations(range(old))), dtype=np.int64) * 3
-    gamma = draw(st.integers(1, 8))
+    gamma = draw(st.integers(1, 16))
     seed = draw(st.integers(0, 2**32 - 1))
     survival = np.cumprod(np.random.default_rng(seed).uniform(0.0, 1.0, (old, gamma)), axis=1)
     kept = [int(i) for i in stale_ids if draw(st.booleans())] if draw(st.booleans()) else list(stale_ids)
@@ -165,11 +165,12 @@ def memberships(draw: st.DrawFn) -> tuple[NDArray[np.int64], NDArray[np.int64], 
 @given(memberships())
 def test_the_stale_rows_are_each_present_requests_own_in_its_order(case) -> None:
     ids, stale_ids, survival = case
-    rows, p = kernels.stale_rows_numpy(ids, stale_ids, survival)
+    rows, p = kernels.stale_rows_numpy(ids, stale_ids, survival, True)
     where = {int(i): r for r, i in enumerate(stale_ids)}
     present = [where[int(i)] for i in ids if int(i) in where]
     assert p == len(present) and rows.shape == (ids.size, survival.shape[1])
     np.testing.assert_array_equal(rows[:p], survival[present])
+    np.testing.assert_allclose(rows[p:], np.broadcast_to(survival.mean(axis=0), rows[p:].shape), rtol=1e-12)
 
 
 @numba_only
@@ -177,10 +178,12 @@ def test_the_stale_rows_are_each_present_requests_own_in_its_order(case) -> None
 @given(memberships())
 def test_the_compiled_stale_rows_are_the_numpy_rows_bit_for_bit(case) -> None:
     ids, stale_ids, survival = case
-    got, p = kernels.numba_kernels().stale_rows(ids, stale_ids, survival)
-    want, q = kernels.stale_rows_numpy(ids, stale_ids, survival)
+    # the joined ones' mean too, wherever numpy sums the rows in order (γ > 1)
+    fill = survival.shape[1] > 1
+    got, p = kernels.numba_kernels().stale_rows(ids, stale_ids, survival, fill)
+    want, q = kernels.stale_rows_numpy(ids, stale_ids, survival, fill)
     assert p == q
-    np.testing.assert_array_equal(got[:p], want[:p])
+    np.testing.assert_array_equal(got if fill else got[:p], want if fill else want[:p])
 
 
 @numba_only

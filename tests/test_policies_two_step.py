@@ -99,7 +99,7 @@ def test_requests_that_joined_get_the_snapshot_mean_and_requests_that_left_are_d
         ks.append(clone.last_capacity)
     expected = batch_path(batch(np.ones((6, gamma)), now_ids), CostTable(), survival=expected_rows)
     assert ks[0] == ks[1] == expected.best_cut()
-    rows, present = kernels.stale_rows_numpy(np.array(now_ids), np.array([10, 11, 12, 13, 14]), stale_surv)
+    rows, present = kernels.stale_rows_numpy(np.array(now_ids), np.array([10, 11, 12, 13, 14]), stale_surv, False)
     assert present == 3
     np.testing.assert_array_equal(rows[:present], stale_surv[[1, 2, 4]])
 

@@ -122,8 +122,9 @@ class TwoStep(Policy):
             path = batch_path(batch, self._table, survival=survival, ranked=ranked)  # the snapshot's own rows
         else:
             stale_ids = np.frombuffer(ids, dtype=batch.request_ids.dtype)
-            rows, present = kernels.stale_rows(batch.request_ids, stale_ids, survival)
-            if present < rows.shape[0]:  # joined since: the snapshot's per-position mean
+            pairwise = survival.shape[1] == 1  # numpy sums one column pairwise, not row by row
+            rows, present = kernels.stale_rows(batch.request_ids, stale_ids, survival, not pairwise)
+            if pairwise and present < rows.shape[0]:  # joined since: the snapshot's mean
                 rows[present:] = survival.sum(axis=0) / survival.shape[0]
             path = batch_path(batch, self._table, survival=rows)
         return round_to_captured(path, path.best_cut(), self._table.captured_sizes(batch.cost))

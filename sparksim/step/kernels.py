@@ -90,14 +90,16 @@ def priced_scan_numpy(
 
 
 def stale_rows_numpy(
-    ids: NDArray[np.int64], stale_ids: NDArray[np.int64], stale_survival: NDArray[np.float64]
+    ids: NDArray[np.int64], stale_ids: NDArray[np.int64], stale_survival: NDArray[np.float64], fill: bool
 ) -> tuple[NDArray[np.float64], int]:
-    """Return (rows (R, γ), p): the snapshot's survival row of each current request it holds.
+    """Return (rows (R, γ), p): one stale survival row per current request, for two-step's K.
 
-    Two-step's K reads one stale row per request in this step: a request in the snapshot
-    (`stale_ids`, `stale_survival`) its own. Those p rows come first, in the order of `ids`;
-    requests that left since are dropped, and rows p.. (the requests that joined since) are
-    the caller's to fill. The path sorts values, so the order does not change K.
+    A request in the snapshot (`stale_ids`, `stale_survival`, C-ordered) has its own row:
+    those p rows come first, in the order of `ids`; requests that left since are dropped.
+    Rows p.. belong to the requests that joined since: with `fill`, the snapshot's
+    per-position mean, summed first row to last (numpy's order along the rows when γ > 1;
+    for γ = 1 numpy sums pairwise, so a caller passes fill=False and fills them itself).
+    The path sorts values, so the order does not change K.
     """
     if ids.shape == stale_ids.shape and (ids == stale_ids).all():
         return stale_survival, ids.size
@@ -112,6 +114,8 @@ def stale_rows_numpy(
     # np.vstack and np.broadcast_to cost more than the rows themselves at this size
     out = np.empty((ids.size, stale_survival.shape[1]))
     stale_survival.take(rows, axis=0, out=out[: rows.size])
+    if fill:
+        out[rows.size :] = stale_survival.sum(axis=0) / stale_survival.shape[0]
     return out, rows.size
 
 
@@ -208,7 +212,7 @@ def _priced_scan_loop(
 
 
 def _stale_rows_loop(
-    ids: NDArray[np.int64], stale_ids: NDArray[np.int64], stale_survival: NDArray[np.float64]
+    ids: NDArray[np.int64], stale_ids: NDArray[np.int64], stale_survival: NDArray[np.float64], fill: bool
 ) -> tuple[NDArray[np.float64], int]:
     """The same rows as `stale_rows_numpy`, matched one request at a time (compiled by numba)."""
     num, old = ids.size, stale_ids.size
@@ -224,6 +228,13 @@ def _stale_rows_loop(
         if sorted_ids[p] == ids[i]:
             out[filled] = stale_survival[order[p]]
             filled += 1
+    if fill and filled < num:
+        mean = stale_survival[0].copy()
+        for r in range(1, old):
+            mean += stale_survival[r]
+        mean /= old
+        for i in range(filled, num):
+            out[i] = mean
     return out, filled
 
 
@@ -340,7 +351,7 @@ advance: Callable[
     tuple[NDArray[np.int64], int, bool, bool],
 ]
 priced_scan: Callable[..., tuple[int, float]]
-stale_rows: Callable[[NDArray[np.int64], NDArray[np.int64], NDArray[np.float64]], tuple[NDArray[np.float64], int]]
+stale_rows: Callable[[NDArray[np.int64], NDArray[np.int64], NDArray[np.float64], bool], tuple[NDArray[np.float64], int]]
 _CHOICE = os.environ.get("SPARKSIM_KERNELS", "").lower()
 if HAVE_NUMBA and _CHOICE == "numba":  # asked for: bind (and load) numba on the first call
     BACKEND = "numba"
