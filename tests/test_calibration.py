@@ -55,8 +55,9 @@ def _measured(tmp: Path, name: str, truth: dict[str, float], seed: int) -> Path:
     """A 'measured' run: sparksim's own prediction with the `truth` parameters, written as a CSV."""
     req = _requests(seed)
     run = MeasuredRun(name, tmp / f"{name}.csv", req.assign(ttft_ms=0.0, e2e_ms=0.0, counted=True), SETTINGS)
-    cal = Calibrator(BASE, [run], [k for k in truth])
-    prof = cal.profile_with(truth, tmp / f"truth-{name}")
+    with Calibrator(BASE, [run], [k for k in truth]) as cal:
+        prof = cal.profile_with(truth, tmp / f"truth-{name}")
+    assert not cal.work.exists()  # its own working folder goes when it is done
     pred = predict(run, prof, tmp / "truth-work")
     extra = truth.get("request_overhead_ms", 0.0)
     out = req.assign(ttft_ms=pred["ttft_ms"] + extra, e2e_ms=pred["e2e_ms"] + extra)

@@ -81,9 +81,10 @@ def calibrate(
     def say(line: str) -> None:
         err_console.print(f"[dim]{line}[/]", highlight=False)
 
-    cal = Calibrator(profile, measured, names, progress=say)
-    before = cal.stages(dict(cal.defaults))
-    result = cal.fit(max_steps)
+    with Calibrator(profile, measured, names, progress=say) as cal:
+        before = cal.stages(dict(cal.defaults))
+        result = cal.fit(max_steps)
+        verify, extra, base_card = cal.tables_with(result.values)
     loro = held_out_errors(profile, measured, names, max_steps=max_steps,
                            progress=say) if held_out and len(measured) > 1 else None
     command = shlex.join([
@@ -92,7 +93,6 @@ def calibrate(
         *(["--engine", str(engine)] if engine is not None else ["--vllm-flags", vllm_flags]),
         "--fit", ",".join(names), "--max-steps", str(max_steps),
         "--held-out" if held_out else "--no-held-out"])
-    verify, extra, base_card = cal.tables_with(result.values)
     write_profile(out, verify, calibrated_card(base_card, result, measured, loro, command), extra=extra)
     load_profile(out)  # it reads back
 

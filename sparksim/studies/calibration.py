@@ -145,9 +145,23 @@ class Calibrator:
                 raise ConfigError(f"{base}: {n}={v} lies outside calibration's bounds [{p.lo}, {p.hi}]")
         self.fit_names = list(fit)
         self.runs = list(runs)
-        self.work = work or Path(tempfile.mkdtemp(prefix="sparksim-calibrate-"))
+        # each evaluation writes a profile and replays the runs here: a folder of its own,
+        # removed on `close` (or leaving a `with` block), unless the caller gave `work`
+        self._own = None if work is not None else tempfile.TemporaryDirectory(prefix="sparksim-calibrate-")
+        self.work = work if work is not None else Path(self._own.name)  # type: ignore[union-attr]
         self.progress = progress
         self.evaluations = 0
+
+    def close(self) -> None:
+        """Remove the working folder the calibrator made (one given as `work` is the caller's)."""
+        if self._own is not None:
+            self._own.cleanup()
+
+    def __enter__(self) -> Calibrator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # parameters <-> the optimiser's unknowns
     def _to_x(self, values: dict[str, float]) -> np.ndarray:
@@ -243,9 +257,9 @@ def held_out_errors(base: Path, runs: Sequence[MeasuredRun], fit: Sequence[str] 
     tables = []
     for i, held in enumerate(runs):
         rest = [r for j, r in enumerate(runs) if j != i]
-        cal = Calibrator(base, rest, fit, progress=progress)
-        result = cal.fit(max_steps)
-        table = cal.stages(result.values, [held])
+        with Calibrator(base, rest, fit, progress=progress) as cal:
+            result = cal.fit(max_steps)
+            table = cal.stages(result.values, [held])
         tables.append(table.assign(fitted_on=",".join(r.name for r in rest)))
     return pd.concat(tables, ignore_index=True)
 
