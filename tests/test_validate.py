@@ -7,6 +7,7 @@ sparksim writes must read back unchanged.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -329,6 +330,31 @@ def test_a_trace_set_reads_back_bit_for_bit(tmp_path: Path) -> None:
     np.testing.assert_array_equal(ts.p_accept, p_accept)
     np.testing.assert_array_equal(ts.offsets, [0, 5, 8, 12])
     assert ts.num_positions == 12 and ts.domains == ["chat", "code", "math"]
+    # a simulation reads only what it replays: the same arrays, the two extra columns unread
+    run = load_traceset(path, extras=False)
+    assert run.conf_raw is None and run.p_accept is None
+    np.testing.assert_array_equal(run.conf, conf)
+    np.testing.assert_array_equal(run.accepted, accepted)
+    np.testing.assert_array_equal(run.offsets, ts.offsets)
+
+
+def test_a_run_skips_the_extra_columns_and_a_check_still_reads_them(tmp_path: Path) -> None:
+    requests, conf, accepted = _trace_arrays(seed=5)
+    path = write_traceset(tmp_path / "rt", requests, conf, accepted, TRACE_CARD, conf_raw=conf)
+    table = pq.read_table(path / "positions.parquet")
+    bad_raw = pa.FixedSizeListArray.from_arrays(pa.array(np.full(conf.size, 2.0, dtype=np.float32)), conf.shape[1])
+    table = table.set_column(table.column_names.index("conf_raw"), "conf_raw", bad_raw)  # outside [0, 1]
+    pq.write_table(table, path / "positions.parquet")
+    assert any("conf_raw" in p for p in check_traceset(path))
+    with pytest.raises(FormatError, match="conf_raw"):
+        load_traceset(path)
+    assert load_traceset(path, extras=False).conf_raw is None  # a run never reads it
+    no_conf = tmp_path / "no-conf"
+    shutil.copytree(path, no_conf)
+    table = pq.read_table(no_conf / "positions.parquet").drop_columns(["conf"])
+    pq.write_table(table, no_conf / "positions.parquet")
+    with pytest.raises(FormatError, match="missing column 'conf'"):  # a required one is still required
+        load_traceset(no_conf, extras=False)
 
 
 # --------------------------------------------------------------------------- the CLI

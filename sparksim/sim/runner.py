@@ -145,7 +145,7 @@ def load_inputs(
     """
     resolve(scenario.policy.name)  # an unknown policy fails before any file is read
     profile = load_profile(resolve_path(scenario.profile, base), mode=scenario.lookup, strict=strict)
-    traces = _bounded_by_drafter(scenario, profile, load_traceset(resolve_path(scenario.traces, base)))
+    traces = _bounded_by_drafter(scenario, profile, load_traceset(resolve_path(scenario.traces, base), extras=False))
     pf = scenario.cluster.prefill
     prefill = (
         load_profile(resolve_path(pf.profile, base), mode=scenario.lookup, strict=strict)
