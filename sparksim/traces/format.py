@@ -229,13 +229,13 @@ def _missing(values: NDArray[Any]) -> NDArray[np.bool_]:
     return np.zeros(len(values), dtype=bool)
 
 
-def _parse(path: Path, problems: list[str], extras: bool = True) -> TraceSet | None:
+def _parse(path: Path, problems: list[str], with_extras: bool = True) -> TraceSet | None:
     if not path.is_dir():
         problems.append("not a directory")
         return None
     card = _check_card(read_card(path / "card.yaml", problems), problems)
     req_t = _read_parquet(path / "requests.parquet", problems)
-    pos_t = _read_parquet(path / "positions.parquet", problems, None if extras else POSITION_REQUIRED)
+    pos_t = _read_parquet(path / "positions.parquet", problems, None if with_extras else POSITION_REQUIRED)
     if req_t is None or pos_t is None:
         return None
     ok = True
