@@ -13,8 +13,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from sparksim.cost.profile import Profile, ProfileWarning, load_profile, write_profile
+from sparksim.cost.profile import (
+    Profile,
+    ProfileWarning,
+    _interp_extrapolate,
+    _interp_pair,
+    load_profile,
+    write_profile,
+)
 from sparksim.errors import RangeError
 
 CARD: dict[str, Any] = {
@@ -205,3 +214,15 @@ def test_kv_price_follows_its_table_linearly_in_kv_and_requests(tmp_path: Path, 
         for r in [*reqs, 1.0, 0.5 * reqs[-1], 2.0 * reqs[-1]]:
             for k in [*kv, 0.5 * kv[0], float(kv.mean()), 1.5 * kv[-1]]:
                 assert prof.attention_s(r, k) * 1e3 == pytest.approx(reference(r, k), rel=1e-12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 10**6), min_size=1, max_size=8, unique=True),
+       st.lists(st.floats(0.0, 50.0), min_size=16, max_size=16), st.floats(0.0, 3 * 10**6))
+def test_two_attention_rows_interpolate_as_each_row_alone(xs, ys, at) -> None:
+    # Why: the engine prices the KV read between two request rows every step with one search
+    # for both; each value must be the one-row interpolation's, to the bit.
+    x = [float(v) for v in sorted(xs)]
+    y0, y1 = ys[: len(x)], ys[8 : 8 + len(x)]
+    got = _interp_pair(x, y0, y1, at)
+    assert got == (_interp_extrapolate(x, y0, at), _interp_extrapolate(x, y1, at))

@@ -270,8 +270,7 @@ class Profile:
             return _interp_extrapolate(kv, rows[0], kv_tokens) / 1e3
         i = min(max(bisect.bisect_right(req, requests) - 1, 0), len(req) - 2)
         w = min(max((requests - req[i]) / (req[i + 1] - req[i]), 0.0), 1.0)
-        lo = _interp_extrapolate(kv, rows[i], kv_tokens)
-        hi = _interp_extrapolate(kv, rows[i + 1], kv_tokens)
+        lo, hi = _interp_pair(kv, rows[i], rows[i + 1], kv_tokens)
         return ((1.0 - w) * lo + w * hi) / 1e3
 
     def _attention_lists(self) -> tuple[list[float], list[list[float]], list[float]]:
@@ -451,6 +450,24 @@ def _interp_extrapolate(x: Sequence[float], y: Sequence[float], at: float) -> fl
         return float(y[-1] + (at - x[-1]) * (y[-1] - y[-2]) / (x[-1] - x[-2]))
     j = bisect.bisect_right(x, at) - 1
     return float((y[j + 1] - y[j]) / (x[j + 1] - x[j]) * (at - x[j]) + y[j])
+
+
+def _interp_pair(x: Sequence[float], y0: Sequence[float], y1: Sequence[float], at: float) -> tuple[float, float]:
+    """`_interp_extrapolate` of two rows over the same x at once (one search; the engine asks
+    every step): the same operations on each row, so the same floats."""
+    if at <= x[0]:
+        if x[0] > 0:
+            return float(y0[0] * at / x[0]), float(y1[0] * at / x[0])
+        return float(y0[0]), float(y1[0])
+    if at >= x[-1]:
+        if len(x) == 1:
+            return float(y0[0] * at / x[0]), float(y1[0] * at / x[0])
+        dx = x[-1] - x[-2]
+        return (float(y0[-1] + (at - x[-1]) * (y0[-1] - y0[-2]) / dx),
+                float(y1[-1] + (at - x[-1]) * (y1[-1] - y1[-2]) / dx))
+    j = bisect.bisect_right(x, at) - 1
+    dx, off = x[j + 1] - x[j], at - x[j]
+    return float((y0[j + 1] - y0[j]) / dx * off + y0[j]), float((y1[j + 1] - y1[j]) / dx * off + y1[j])
 
 
 def token_weight(tokens: Any, t: Any, step_limit: float = math.inf) -> tuple[Any, Any]:
