@@ -91,16 +91,20 @@ class TwoStep(Policy):
 
     def decide(self, batch: StepBatch) -> Lengths:
         survival = batch.survival if self.ema == 0.0 else self._smoothed_survival(batch)
+        ids = batch.request_ids.tobytes()
+        stale = self._history[0] if self.delay and len(self._history) == self.delay else None
+        # Sorted only if K is likely to read it as it is: K `delay` steps on sorts the rows it
+        # matches when membership has changed by then, and the fill needs only the K-th value
+        # (a partition, not a sort). Where membership held over the last `delay` steps it is
+        # taken to hold over the next: one sort then serves this fill and that K. (Sorted or
+        # not, the values and the lengths are the same; only the work differs.)
+        steady = stale is not None and stale[0] == ids and self.ema == 0.0
+        fresh_ranked = sorted_survival(survival) if self.delay == 0 or steady else None
         # Copies: should the engine reuse its batch buffers, a stale snapshot that aliased
-        # them would silently turn fresh, and K would read this step's survivals. Sorted only
-        # if K ever reads it as it is: when membership has changed by then, K sorts the rows it
-        # matches instead, and the fill needs only the K-th value (a partition, not a sort).
-        fresh_ranked = sorted_survival(survival) if self.delay == 0 else None  # K reads it now
-        snapshot: Snapshot = (batch.request_ids.tobytes(), survival.copy(), fresh_ranked)
+        # them would silently turn fresh, and K would read this step's survivals.
+        snapshot: Snapshot = (ids, survival.copy(), fresh_ranked)
         if self.delay == 0:
-            stale: Snapshot | None = snapshot
-        else:
-            stale = self._history[0] if len(self._history) == self.delay else None
+            stale = snapshot
         k = self.capacity(batch, stale)
         self._history.append(snapshot)
         self.last_capacity = k
