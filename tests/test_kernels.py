@@ -138,13 +138,23 @@ def test_with_nothing_gained_both_priced_walks_stop_at_the_cheapest_step(
         assert scan(zero, 3.0, dense_a, first, False, *terms_f) == (cheapest, 3.0)
 
 
+@settings(max_examples=200, deadline=None)
+@given(priced_paths(), st.integers(1, 12))
+def test_an_early_stop_priced_by_chunks_is_the_whole_walks(path, chunk) -> None:
+    # Why: the numpy twin prices an early-stopping walk a chunk at a time (greedy's guess of
+    # the stop, growing 4x); where the chunks end must not move the cut or τ by a bit.
+    gains, tau, dense, first, terms = path
+    whole = kernels.priced_scan_numpy(gains, tau, dense, first, True, *terms)
+    assert kernels.priced_scan_numpy(gains, tau, dense, first, True, *terms, chunk) == whole
+
+
 @numba_only
 @settings(max_examples=200, deadline=None)
-@given(priced_paths(), st.booleans())
-def test_the_compiled_priced_walk_gives_the_numpy_cut_and_tau_bit_for_bit(path, early_stop) -> None:
+@given(priced_paths(), st.booleans(), st.integers(0, 12))
+def test_the_compiled_priced_walk_gives_the_numpy_cut_and_tau_bit_for_bit(path, early_stop, chunk) -> None:
     gains, tau, dense, first, terms = path
-    got = kernels.numba_kernels().priced_scan(gains, tau, dense, first, early_stop, *terms)
-    assert got == kernels.priced_scan_numpy(gains, tau, dense, first, early_stop, *terms)
+    got = kernels.numba_kernels().priced_scan(gains, tau, dense, first, early_stop, *terms, chunk)
+    assert got == kernels.priced_scan_numpy(gains, tau, dense, first, early_stop, *terms, chunk)
 
 
 @st.composite

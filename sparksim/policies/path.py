@@ -108,11 +108,12 @@ class CostTable:
         return cached + cost.fixed_s
 
     def scan(self, cost: StepCost, first_tokens: int, gains: NDArray[np.float64], tau_start: float,
-             early_stop: bool) -> tuple[int, float]:
+             early_stop: bool, chunk: int = 0) -> tuple[int, float]:
         """`kernels.theta_scan` along `gains` with step_s(B) for B = first_tokens .. + n, priced
-        inside the kernel (`kernels.priced_scan`): for a price that depends on B only (not `shaped`)."""
+        inside the kernel (`kernels.priced_scan`): for a price that depends on B only (not `shaped`).
+        `chunk`: with `early_stop`, a guess of the stop (the numpy twin prices from there, by chunks)."""
         self._ensure(cost.profile, first_tokens + gains.size + 1)
-        return kernels.priced_scan(gains, tau_start, self._dense, first_tokens, early_stop, *cost.scan_terms)
+        return kernels.priced_scan(gains, tau_start, self._dense, first_tokens, early_stop, *cost.scan_terms, chunk)
 
     def step_s_at(self, cost: StepCost, tokens: NDArray[np.int64],
                   longest: NDArray[np.int64] | None = None) -> NDArray[np.float64]:
@@ -205,16 +206,17 @@ class Path:
     def greedy_cut(self, first_chunk: int = 64) -> int:
         """Return how many admissions Alg. 1 keeps: it stops at the first k not raising Θ.
 
-        Where the price depends on B only, one compiled walk (`kernels.priced_scan`) prices
-        each B as it reaches it. Otherwise (padded attention: the price reads the longest
+        Where the price depends on B only, one walk (`kernels.priced_scan`) prices each B as it
+        reaches it (the numpy twin by chunks from `first_chunk`, as below). Otherwise (padded attention: the price reads the longest
         block) the walk (`kernels.theta_scan`) goes over consecutive chunks of k growing 4x,
         each carrying τ over from the last, so only the chunks it reaches are priced, and
         Alg. 1 usually stops early; a caller that knows roughly where the stop lies (the
         last step's) passes a `first_chunk` past it, so a steady batch takes one chunk.
         """
         n = self.size
-        if self.longest is None:  # priced by B alone: one compiled walk prices what it reaches
-            return self.table.scan(self.cost, self.fixed_tokens, self.gains, float(self.num_requests), True)[0]
+        if self.longest is None:  # priced by B alone: the kernel prices what the walk reaches
+            return self.table.scan(self.cost, self.fixed_tokens, self.gains, float(self.num_requests), True,
+                                   max(first_chunk, 1))[0]
         lo, chunk, tau_lo = 0, max(first_chunk, 1), float(self.num_requests)
         while True:
             hi = min(n, lo + chunk)

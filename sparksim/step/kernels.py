@@ -77,16 +77,33 @@ def theta_scan_numpy(
 def priced_scan_numpy(
     gains: NDArray[np.float64], tau_start: float, dense: NDArray[np.float64], first: int, early_stop: bool,
     fixed_s: float, attn_token_s: float, attn_mem_s: float, prefill_tokens: float, drafts_s: float,
-    base_tokens: int,
+    base_tokens: int, chunk: int = 0,
 ) -> tuple[int, float]:
     """`theta_scan` with step_s(B) for B = first .. first + n priced from the terms of a step
-    whose price depends on B only (`StepCost.scan_terms`): dense[B] + fixed_s + extra_s(B)."""
+    whose price depends on B only (`StepCost.scan_terms`): dense[B] + fixed_s + extra_s(B).
+
+    With `early_stop` and a `chunk` > 0 (a caller's guess of where the walk stops), the
+    prices are made a chunk at a time, the chunk growing 4x, τ carried from one to the next:
+    the walk and its floats are the whole path's, and an early stop prices what it reaches.
+    """
     n = gains.size
-    step_s = dense[first : first + n + 1] + fixed_s
-    if attn_token_s or drafts_s:
-        tokens = np.arange(first, first + n + 1)
-        step_s = step_s + unpadded_extra_s(tokens, attn_token_s, attn_mem_s, prefill_tokens, drafts_s, base_tokens)
-    return theta_scan_numpy(gains, tau_start, step_s, early_stop)
+
+    def step_s(lo: int, hi: int) -> NDArray[np.float64]:  # B = first + lo .. first + hi
+        out = dense[first + lo : first + hi + 1] + fixed_s
+        if attn_token_s or drafts_s:
+            tokens = np.arange(first + lo, first + hi + 1)
+            out = out + unpadded_extra_s(tokens, attn_token_s, attn_mem_s, prefill_tokens, drafts_s, base_tokens)
+        return out
+
+    if not early_stop or chunk <= 0 or chunk >= n:
+        return theta_scan_numpy(gains, tau_start, step_s(0, n), early_stop)
+    lo, tau_lo = 0, tau_start
+    while True:
+        hi = min(n, lo + chunk)
+        stop, tau_lo = theta_scan_numpy(gains[lo:hi], tau_lo, step_s(lo, hi), True)
+        if stop < hi - lo or hi == n:
+            return lo + stop, tau_lo
+        lo, chunk = hi, chunk * 4
 
 
 def stale_rows_numpy(
@@ -182,10 +199,10 @@ def _theta_scan_loop(
 def _priced_scan_loop(
     gains: NDArray[np.float64], tau_start: float, dense: NDArray[np.float64], first: int, early_stop: bool,
     fixed_s: float, attn_token_s: float, attn_mem_s: float, prefill_tokens: float, drafts_s: float,
-    base_tokens: int,
+    base_tokens: int, chunk: int = 0,
 ) -> tuple[int, float]:
     """The same walk as `priced_scan_numpy`, pricing each B only when the walk reaches it
-    (compiled by numba; `unpadded_extra_s`'s operations, in its order)."""
+    (compiled by numba; `unpadded_extra_s`'s operations, in its order; `chunk` is not needed)."""
     varies = attn_token_s != 0.0 or drafts_s != 0.0
     tau = tau_start
     best, best_k, best_tau = 0.0, 0, tau
