@@ -64,20 +64,20 @@ def test_the_fill_counts_rows_of_any_width_including_past_one_64_bit_word(conf, 
     np.testing.assert_array_equal(top_k_lengths(survival, k), (survival >= v).sum(axis=1))
 
 
-def test_cached_step_windows_cannot_be_corrupted_and_follow_the_fixed_cost() -> None:
-    # Why: the dense window is cached between steps; a caller writing into what it gets
-    # would corrupt every later step's Θ, and a new draft or KV cost must move the window.
+def test_cached_step_costs_cannot_be_corrupted_and_follow_the_fixed_cost() -> None:
+    # Why: the dense costs are cached between steps; a caller writing into what it gets
+    # would corrupt every later step's Θ, and a new draft or KV cost must move the prices.
     prof = profile([8, 64, 512], [10.0, 12.0, 30.0], mode="linear")
     table = CostTable()
     a = StepBatch.from_conf(np.full((4, 5), 0.8), prof, draft_s=0.001)
     b = StepBatch.from_conf(np.full((4, 5), 0.8), prof, draft_s=0.002)
     c = StepBatch.from_conf(np.full((4, 5), 0.8), prof, draft_s=0.001, kv_s=0.004)
-    wa = table.window(a.cost, 4, 21)
+    wa = table.step_s(a.cost, 4, 21)
     wa[:] = -1.0  # a careless caller
-    wa = table.window(a.cost, 4, 21)
+    wa = table.step_s(a.cost, 4, 21)
     np.testing.assert_allclose(wa, a.cost.step_s(np.arange(4, 25)), rtol=1e-12)
-    np.testing.assert_allclose(table.window(b.cost, 4, 21) - wa, 0.001, rtol=1e-9)
-    np.testing.assert_allclose(table.window(c.cost, 4, 21) - wa, 0.004, rtol=1e-9)
+    np.testing.assert_allclose(table.step_s(b.cost, 4, 21) - wa, 0.001, rtol=1e-9)
+    np.testing.assert_allclose(table.step_s(c.cost, 4, 21) - wa, 0.004, rtol=1e-9)
 
 
 def test_ties_go_to_the_lower_position_then_the_lower_request() -> None:

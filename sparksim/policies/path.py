@@ -64,15 +64,13 @@ class CostTable:
 
     The path needs step_s at many batch sizes every step; going through
     `Profile.verify_s` each time costs more than the sort itself, so the dense cost is
-    tabulated once per profile and grown on demand, and whole path windows of it are kept.
-    One table per policy instance: the engine owns one policy per replica.
+    tabulated once per profile and grown on demand. One table per policy instance: the engine owns one policy per replica.
     """
 
     def __init__(self) -> None:
         self._profile: Profile | None = None
         self._key: tuple[str, bool] = ("", False)
         self._dense = np.empty(0)  # (N,) dense seconds at B = 0..N-1
-        self._windows: dict[tuple[int, int], NDArray[np.float64]] = {}
         self._captured: tuple[int, ...] = ()
 
     def step_s(self, cost: StepCost, first_tokens: int, count: int,
@@ -87,25 +85,6 @@ class CostTable:
         if cost.varies:
             out = out + cost.extra_s(np.arange(first_tokens, first_tokens + count), longest)
         return out
-
-    def window(self, cost: StepCost, first_tokens: int, count: int) -> NDArray[np.float64]:
-        """Return `step_s` over a whole path's window, its dense part cached.
-
-        The same (first, count) gives the same dense window, which a steady batch asks for
-        every step; the fixed part (drafting, KV) moves every step and is added afresh.
-        """
-        self._ensure(cost.profile, first_tokens + count)
-        key = (first_tokens, count)
-        cached = self._windows.get(key)
-        if cached is None:
-            cached = self._dense[first_tokens : first_tokens + count].copy()
-            cached.flags.writeable = False
-            if len(self._windows) >= 16:  # batch sizes wander: keep the cache small
-                self._windows.clear()
-            self._windows[key] = cached
-        if cost.varies:
-            return cached + cost.fixed_s + cost.extra_s(np.arange(first_tokens, first_tokens + count))
-        return cached + cost.fixed_s
 
     def scan(self, cost: StepCost, first_tokens: int, gains: NDArray[np.float64], tau_start: float,
              early_stop: bool, chunk: int = 0) -> tuple[int, float]:
@@ -144,7 +123,6 @@ class CostTable:
         keep = np.maximum.accumulate(np.where(np.concatenate([[True], changed]), np.arange(size), 0))
         self._profile, self._key, self._dense = prof, (prof.mode, prof.strict), dense[keep]
         self._captured = prof.captured_sizes
-        self._windows = {}
 
 
 @dataclass(slots=True)
@@ -152,9 +130,9 @@ class Path:
     """Θ along the survival-sorted path: k = 0..n admissions of `gains` (descending).
 
     Admission k adds gains[k-1] to τ and makes B = fixed + k. `greedy_cut` scans Θ from
-    k = 0 and stops at the first k that does not raise it, in chunks, so an early stop is
-    cheap; `best_cut` takes the argmax of Θ over every k. Step costs come from the table's
-    cached window where the profile allows it, else only for the k a scan reaches.
+    k = 0 and stops at the first k that does not raise it, pricing only the k it reaches;
+    `best_cut` takes the argmax of Θ over every k. Step costs come from the table's dense
+    costs and the step's terms (`CostTable.scan`, `CostTable.step_s`).
     """
 
     ranked: NDArray[np.float64]  # (R·γ,) every survival, descending
@@ -188,9 +166,8 @@ class Path:
         """Return the step seconds after k = lo .. hi admissions (default: the whole path)."""
         n = self.size
         hi = n if hi is None else hi
-        if self.longest is not None:
-            return self.table.step_s(self.cost, self.fixed_tokens + lo, hi - lo + 1, self.longest[lo : hi + 1])
-        return self.table.window(self.cost, self.fixed_tokens, n + 1)[lo : hi + 1]
+        longest = None if self.longest is None else self.longest[lo : hi + 1]
+        return self.table.step_s(self.cost, self.fixed_tokens + lo, hi - lo + 1, longest)
 
     def theta(self) -> NDArray[np.float64]:
         """Return Θ at every k = 0..n, shape (n + 1,), τ summed in the order the kernels sum it."""
@@ -213,17 +190,10 @@ class Path:
         Alg. 1 usually stops early; a caller that knows roughly where the stop lies (the
         last step's) passes a `first_chunk` past it, so a steady batch takes one chunk.
         """
-        n = self.size
+        tau, chunk = float(self.num_requests), max(first_chunk, 1)
         if self.longest is None:  # priced by B alone: the kernel prices what the walk reaches
-            return self.table.scan(self.cost, self.fixed_tokens, self.gains, float(self.num_requests), True,
-                                   max(first_chunk, 1))[0]
-        lo, chunk, tau_lo = 0, max(first_chunk, 1), float(self.num_requests)
-        while True:
-            hi = min(n, lo + chunk)
-            stop, tau_lo = kernels.theta_scan(self.gains[lo:hi], tau_lo, self.step_s(lo, hi), True)
-            if stop < hi - lo or hi == n:
-                return lo + stop
-            lo, chunk = hi, chunk * 4
+            return self.table.scan(self.cost, self.fixed_tokens, self.gains, tau, True, chunk)[0]
+        return kernels.chunked_walk(self.gains, tau, self.step_s, chunk, kernels.theta_scan)[0]
 
     def best_cut(self) -> int:
         """Return the k maximising Θ over the whole path (the smallest such k on ties).

@@ -97,10 +97,21 @@ def priced_scan_numpy(
 
     if not early_stop or chunk <= 0 or chunk >= n:
         return theta_scan_numpy(gains, tau_start, step_s(0, n), early_stop)
+    return chunked_walk(gains, tau_start, step_s, chunk, theta_scan_numpy)
+
+
+def chunked_walk(
+    gains: NDArray[np.float64], tau_start: float, step_s: Callable[[int, int], NDArray[np.float64]],
+    chunk: int, scan: Callable[..., tuple[int, float]],
+) -> tuple[int, float]:
+    """An early-stopping `theta_scan` (`scan`) over consecutive chunks of k, the first `chunk`
+    long and each next 4x the last, τ carried from one to the next; `step_s(lo, hi)` prices
+    k = lo..hi, so only the chunks the walk reaches are priced. The same cut and τ as one walk."""
+    n = gains.size
     lo, tau_lo = 0, tau_start
     while True:
         hi = min(n, lo + chunk)
-        stop, tau_lo = theta_scan_numpy(gains[lo:hi], tau_lo, step_s(lo, hi), True)
+        stop, tau_lo = scan(gains[lo:hi], tau_lo, step_s(lo, hi), True)
         if stop < hi - lo or hi == n:
             return lo + stop, tau_lo
         lo, chunk = hi, chunk * 4
