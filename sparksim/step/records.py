@@ -127,12 +127,17 @@ class Columns:
 
     def write_parquet(self, path: Path) -> None:
         """Write the table to `path` as `to_frame().to_parquet(path, index=False)` does, byte for byte."""
-        import pyarrow as pa
         import pyarrow.parquet as pq
 
         self.flush()
-        table = pa.Table.from_arrays([from_numpy(self._view(k)) for k in self.cols], schema=arrow_schema(self.schema))
-        pq.write_table(table, path, compression="snappy")  # pandas' own write options
+        pq.write_table(self._arrow_table(arrow_schema(self.schema)), path, compression="snappy")  # pandas' options
+
+    def _arrow_table(self, schema: Any, rows: int | None = None) -> Any:
+        """The first `rows` rows (all by default) as an arrow table of `schema`; NaN becomes
+        null, as `Table.from_pandas` (and so `to_parquet`) makes it."""
+        import pyarrow as pa
+
+        return pa.Table.from_arrays([from_numpy(self._view(k, rows)) for k in self.cols], schema=schema)
 
 
 # pyarrow's own most rows in a row group (`ParquetWriter.write_table`): a table streamed in
@@ -172,12 +177,8 @@ class ParquetColumns(Columns):
 
     def _write(self, rows: int) -> None:
         """Write the first `rows` rows held as one row group, and keep the rest."""
-        import pyarrow as pa
-
         assert self._writer is not None, f"{self.path}: written after close"
-        # NaN becomes null, as `Table.from_pandas` (and so `to_parquet`) makes it
-        group = pa.Table.from_arrays([from_numpy(self._view(k, rows)) for k in self.cols],
-                                     schema=self._arrow_schema)
+        group = self._arrow_table(self._arrow_schema, rows)
         self._writer.write_table(group)
         del group  # it may share the columns' buffers, which are replaced below, never resized
         self.cols = {k: v[rows:] for k, v in zip(self.schema, self._arrays, strict=True)}
