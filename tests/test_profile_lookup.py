@@ -217,7 +217,7 @@ def test_kv_price_follows_its_table_linearly_in_kv_and_requests(tmp_path: Path, 
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.integers(0, 10**6), min_size=1, max_size=8, unique=True),
+@given(st.lists(st.integers(1, 10**6), min_size=1, max_size=8, unique=True),  # KV columns hold tokens
        st.lists(st.floats(0.0, 50.0), min_size=16, max_size=16), st.floats(0.0, 3 * 10**6))
 def test_two_attention_rows_interpolate_as_each_row_alone(xs, ys, at) -> None:
     # Why: the engine prices the KV read between two request rows every step with one search

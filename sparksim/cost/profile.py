@@ -442,32 +442,28 @@ def _interp_extrapolate(x: Sequence[float], y: Sequence[float], at: float) -> fl
 
     Plain Python on lists (or arrays): the engine asks it every step.
     """
-    if at <= x[0]:
-        return float(y[0] * at / x[0]) if x[0] > 0 else float(y[0])
-    if at >= x[-1]:
-        if len(x) == 1:
-            return float(y[0] * at / x[0])
-        return float(y[-1] + (at - x[-1]) * (y[-1] - y[-2]) / (x[-1] - x[-2]))
-    j = bisect.bisect_right(x, at) - 1
-    return float((y[j + 1] - y[j]) / (x[j + 1] - x[j]) * (at - x[j]) + y[j])
+    return _interp_rows(x, (y,), at)[0]
 
 
 def _interp_pair(x: Sequence[float], y0: Sequence[float], y1: Sequence[float], at: float) -> tuple[float, float]:
     """`_interp_extrapolate` of two rows over the same x at once (one search; the engine asks
-    every step): the same operations on each row, so the same floats."""
+    every step for the KV read between two request rows)."""
+    lo, hi = _interp_rows(x, (y0, y1), at)
+    return lo, hi
+
+
+def _interp_rows(x: Sequence[float], ys: Sequence[Sequence[float]], at: float) -> list[float]:
+    """The one interpolation rule, for each row of `ys` over the same `x` (one search)."""
     if at <= x[0]:
-        if x[0] > 0:
-            return float(y0[0] * at / x[0]), float(y1[0] * at / x[0])
-        return float(y0[0]), float(y1[0])
+        return [float(y[0] * at / x[0]) if x[0] > 0 else float(y[0]) for y in ys]
     if at >= x[-1]:
         if len(x) == 1:
-            return float(y0[0] * at / x[0]), float(y1[0] * at / x[0])
-        dx = x[-1] - x[-2]
-        return (float(y0[-1] + (at - x[-1]) * (y0[-1] - y0[-2]) / dx),
-                float(y1[-1] + (at - x[-1]) * (y1[-1] - y1[-2]) / dx))
+            return [float(y[0] * at / x[0]) for y in ys]
+        off, dx = at - x[-1], x[-1] - x[-2]
+        return [float(y[-1] + off * (y[-1] - y[-2]) / dx) for y in ys]
     j = bisect.bisect_right(x, at) - 1
-    dx, off = x[j + 1] - x[j], at - x[j]
-    return float((y0[j + 1] - y0[j]) / dx * off + y0[j]), float((y1[j + 1] - y1[j]) / dx * off + y1[j])
+    off, dx = at - x[j], x[j + 1] - x[j]
+    return [float((y[j + 1] - y[j]) / dx * off + y[j]) for y in ys]
 
 
 def token_weight(tokens: Any, t: Any, step_limit: float = math.inf) -> tuple[Any, Any]:
