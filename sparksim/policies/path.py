@@ -198,7 +198,8 @@ class Path:
     def best_cut(self) -> int:
         """Return the k maximising Θ over the whole path (the smallest such k on ties).
 
-        One walk of Θ at every k (`kernels.theta_scan`) over the cached step window.
+        One walk of Θ at every k (`kernels.priced_scan`, or `kernels.theta_scan` over the
+        priced path where the price reads the longest block).
         (Bounding Θ on segments between the CUDA-graph stairs and walking only the
         promising ones was measured slower with numpy up to R·γ = 7680: it needs a dozen
         small array operations.)
