@@ -353,28 +353,29 @@ class Engine(Scheduler):
 
         `kernels.advance` with every ℓ = 0, in one slice addition: each running request (none
         has finished: finished ones leave the batch) emits its bonus token, one trace row on.
-        When the whole batch steps, `_quiet` carries how many such steps the batch may take
-        before its first request can finish or run past its trace rows (the least of OUT_LEN −
-        EMITTED and ROW_END − ROW, less the steps taken since), so steady steps skip the two
-        checks. Every change to the slots (a join, a compaction or rotation, a trace continuation,
-        a step that verified drafts) resets it to 0, "unknown"; under `--check` a skipped check
-        is done anyway and must find nothing (`check_quiet`).
+        A request is due (finishes, or runs past its trace rows) after the step when it had
+        at most one step left before it: the least of OUT_LEN − EMITTED and ROW_END − ROW,
+        one subtraction of two adjacent rows from two others (`batch_layout`). When the whole
+        batch steps, `_quiet` carries that least count less the steps taken since, so steady
+        steps skip the measure too. Every change to the slots (a join, a compaction or
+        rotation, a trace continuation, a step that verified drafts) resets it to 0,
+        "unknown"; under `--check` a skipped check is done anyway and must find nothing
+        (`check_quiet`).
         """
         st = self.state
-        quiet = self._quiet if m == self.n else 1
-        if quiet == 0:  # measured once after the batch last changed
-            quiet = int(min((st[OUT_LEN, :m] - st[EMITTED, :m]).min(), (st[ROW_END, :m] - st[ROW, :m]).min()))
+        whole = m == self.n
+        quiet = self._quiet if whole else 0
+        if quiet == 0:  # the fewest steps any of the m has left (measured after the batch changed)
+            quiet = int((st[ROW_END : OUT_LEN + 1, :m] - st[ROW : EMITTED + 1, :m]).min())
         st[ROW : STEPS + 1, :m] += 1  # ROW, EMITTED, CONTEXT and STEPS advance together
-        if quiet > 1:  # (only when the whole batch steps: `quiet` is 1 otherwise)
-            self._quiet = quiet - 1
+        if quiet > 1:  # the usual step: nobody is due
+            self._quiet = quiet - 1 if whole else 0
             if self.check:
                 check_quiet(st, m, self.step_index)
             return m, False, False
         self._quiet = 0
         done = st[EMITTED, :m] >= st[OUT_LEN, :m]
         out = st[ROW, :m] >= st[ROW_END, :m]
-        if not (done | out).any():  # the usual step: nobody is due (one reduction, not two)
-            return m, False, False
         return m, bool(done.any()), bool((out & ~done).any())
 
     def _record_itl(self, m: int, n: int, now: float, step_s: float, irregular: bool) -> None:

@@ -2,8 +2,11 @@
 
 Slots 0..n-1 hold the running requests. ROW, EMITTED and CONTEXT are adjacent so one
 slice advances all three by the emitted tokens, and STEPS follows them so a step that
-verifies no draft (one token each, one step each) advances all four in one. The engine and the compiled step kernel
-(`sparksim.step.kernels.advance`) both index the state by these names.
+verifies no draft (one token each, one step each) advances all four in one. ROW_END and
+OUT_LEN are adjacent, in the order of ROW and EMITTED, so one subtraction of two rows from
+two gives the steps each request has left before it runs past its trace rows or finishes.
+The engine and the compiled step kernel (`sparksim.step.kernels.advance`) both index the
+state by these names.
 """
 
 from __future__ import annotations
