@@ -9,9 +9,10 @@ compiled loop does it in one pass. `priced_scan` is the same walk pricing each B
 the dense table and the step's terms, where the price depends on B only: the step seconds
 of a whole path (a slice, an addition and the extra terms' half-dozen operations) are never
 built, and an early stop prices only the B it reaches. `stale_rows` matches two-step's
-snapshot rows to this step's requests (an argsort, a search and a gather per request, a dozen
-numpy calls). `count_at_least` counts, per request, the survivals at
-or above the fill's threshold: a reduction along the short γ axis, which numpy does slowly.
+snapshot rows to this step's requests (a dozen numpy calls: an argsort, a search, a gather;
+compiled, one merge where both hold their ids in rising order, the engine's usual slot order,
+else a search per request). `count_at_least` counts, per request, the survivals at or above
+the fill's threshold: a reduction along the short γ axis, which numpy does slowly.
 `advance` applies one engine step to the running batch (the replay rule of
 `sparksim.step.acceptance`, the state counters, the (ℓ, accepted) histogram and the finished /
 out-of-trace checks): some fifteen small array operations at R = 64, in one loop.
@@ -248,14 +249,28 @@ def _stale_rows_loop(
     if num == old and (ids == stale_ids).all():
         out[:] = stale_survival
         return out, num
-    order = np.argsort(stale_ids)
-    sorted_ids = stale_ids[order]
     filled = 0
-    for i in range(num):
-        p = min(np.searchsorted(sorted_ids, ids[i]), old - 1)
-        if sorted_ids[p] == ids[i]:
-            out[filled] = stale_survival[order[p]]
-            filled += 1
+    ascending = True  # both in rising order, the usual slot order (joins append): one merge
+    for i in range(1, num):
+        ascending = ascending and ids[i] > ids[i - 1]
+    for i in range(1, old):
+        ascending = ascending and stale_ids[i] > stale_ids[i - 1]
+    if ascending:
+        j = 0
+        for i in range(num):
+            while j < old and stale_ids[j] < ids[i]:
+                j += 1
+            if j < old and stale_ids[j] == ids[i]:
+                out[filled] = stale_survival[j]
+                filled += 1
+    else:
+        order = np.argsort(stale_ids)
+        sorted_ids = stale_ids[order]
+        for i in range(num):
+            p = min(np.searchsorted(sorted_ids, ids[i]), old - 1)
+            if sorted_ids[p] == ids[i]:
+                out[filled] = stale_survival[order[p]]
+                filled += 1
     if fill and filled < num:
         mean = stale_survival[0].copy()
         for r in range(1, old):
