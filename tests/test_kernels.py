@@ -161,16 +161,17 @@ def test_the_compiled_priced_walk_gives_the_numpy_cut_and_tau_bit_for_bit(path, 
 def memberships(draw: st.DrawFn) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.float64]]:
     """Draw a snapshot (ids in any order, survivals) and this step's ids: some stayed, some joined.
 
-    Half the snapshots keep their ids in rising order, the engine's usual slot order (joins
-    append), which the compiled kernel matches by a merge instead of a sort."""
+    Ids lie close together (the compiled kernel maps them through a table over their span)
+    or far apart (it sorts and searches)."""
     old = draw(st.integers(1, 300))
     order = draw(st.permutations(range(old))) if draw(st.booleans()) else range(old)
-    stale_ids = np.array(order, dtype=np.int64) * 3
+    spread = draw(st.sampled_from([1, 3, 1000]))
+    stale_ids = np.array(order, dtype=np.int64) * spread
     gamma = draw(st.integers(1, 16))
     seed = draw(st.integers(0, 2**32 - 1))
     survival = np.cumprod(np.random.default_rng(seed).uniform(0.0, 1.0, (old, gamma)), axis=1)
     kept = [int(i) for i in stale_ids if draw(st.booleans())] if draw(st.booleans()) else list(stale_ids)
-    joined = [3 * old + 1 + i for i in range(draw(st.integers(0, 12)))]
+    joined = [spread * old + 1 + i for i in range(draw(st.integers(0, 12)))]
     ids = np.array(draw(st.permutations(kept + joined)) if draw(st.booleans()) else kept + joined, dtype=np.int64)
     return ids, stale_ids, survival
 

@@ -10,8 +10,8 @@ the dense table and the step's terms, where the price depends on B only: the ste
 of a whole path (a slice, an addition and the extra terms' half-dozen operations) are never
 built, and an early stop prices only the B it reaches. `stale_rows` matches two-step's
 snapshot rows to this step's requests (a dozen numpy calls: an argsort, a search, a gather;
-compiled, one merge where both hold their ids in rising order, the engine's usual slot order,
-else a search per request). `count_at_least` counts, per request, the survivals at or above
+compiled, a lookup table over the ids' span, which running requests keep narrow, else a
+search per request). `count_at_least` counts, per request, the survivals at or above
 the fill's threshold: a reduction along the short γ axis, which numpy does slowly.
 `advance` applies one engine step to the running batch (the replay rule of
 `sparksim.step.acceptance`, the state counters, the (ℓ, accepted) histogram and the finished /
@@ -250,18 +250,20 @@ def _stale_rows_loop(
         out[:] = stale_survival
         return out, num
     filled = 0
-    ascending = True  # both in rising order, the usual slot order (joins append): one merge
-    for i in range(1, num):
-        ascending = ascending and ids[i] > ids[i - 1]
-    for i in range(1, old):
-        ascending = ascending and stale_ids[i] > stale_ids[i - 1]
-    if ascending:
-        j = 0
+    if num == 0:
+        return out, 0
+    # Running requests' ids lie close together (ids are handed out in arrival order), so a
+    # table over their span maps each id to its snapshot row in two passes, no sort; a wide
+    # span (a long-running request among new ones) sorts and searches instead.
+    lo, hi = min(ids.min(), stale_ids.min()), max(ids.max(), stale_ids.max())
+    if hi - lo < 16 * (num + old):
+        where = np.full(hi - lo + 1, -1, dtype=np.int64)
+        for j in range(old):
+            where[stale_ids[j] - lo] = j
         for i in range(num):
-            while j < old and stale_ids[j] < ids[i]:
-                j += 1
-            if j < old and stale_ids[j] == ids[i]:
-                out[filled] = stale_survival[j]
+            p = where[ids[i] - lo]
+            if p >= 0:
+                out[filled] = stale_survival[p]
                 filled += 1
     else:
         order = np.argsort(stale_ids)
