@@ -201,6 +201,18 @@ def test_the_compiled_stale_rows_are_the_numpy_rows_bit_for_bit(case) -> None:
     np.testing.assert_array_equal(got if fill else got[:p], want if fill else want[:p])
 
 
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.integers(-3, 12), max_size=40), st.integers(0, 9))
+def test_verified_sums_an_answer_in_bounds_and_flags_one_out_of_them(values, max_length) -> None:
+    # Why: the engine prices and replays Σℓ only after this check; an ℓ out of bounds would
+    # index the trace out of range, so the check must catch each one, in either backend.
+    lengths = np.array(values, dtype=np.int64)
+    want = sum(values) if all(0 <= v <= max_length for v in values) else -1
+    assert kernels.verified_numpy(lengths, max_length) == want
+    if kernels.HAVE_NUMBA:
+        assert kernels.numba_kernels().verified(lengths, max_length) == want
+
+
 @numba_only
 @settings(max_examples=150, deadline=None)
 @given(confidences(max_requests=9, max_gamma=20), st.sampled_from(CONF_GRID))

@@ -188,8 +188,8 @@ class Engine(Scheduler):
                 self._idle = None
                 continue
             step = self._plan(loop_s)
-            lengths, batch, decision_s = self._decide(step)
-            verified = priced = int(lengths.sum()) if batch is not None else 0
+            lengths, verified, batch, decision_s = self._decide(step)
+            priced = verified
             if batch is not None and self.policy.pays_full_block:
                 priced = step.m * batch.gamma
                 price = step.cost.price(np.full(step.m, batch.gamma, dtype=np.int64), priced)
@@ -239,11 +239,12 @@ class Engine(Scheduler):
         )
         return _Step(self.env.now, n, m, plan, irregular, kv_tokens, decision_s, cost)
 
-    def _decide(self, step: _Step) -> tuple[NDArray[np.int64], StepBatch | None, float]:
-        """Ask the policy for ℓ (plain decoding and prompt-only steps verify nothing) and check it."""
+    def _decide(self, step: _Step) -> tuple[NDArray[np.int64], int, StepBatch | None, float]:
+        """Ask the policy for ℓ (plain decoding and prompt-only steps verify nothing) and check it;
+        return ℓ, Σℓ, the batch it saw (None: no policy ran) and the decision's seconds."""
         m = step.m
         if not self._drafting:
-            return self._zeros[:m], None, step.decision_s
+            return self._zeros[:m], 0, None, step.decision_s
         st = self.state
         rows = st[ROW, :m]
         batch = StepBatch.from_rows(  # the rows' confidences are gathered if the policy reads them
@@ -261,10 +262,10 @@ class Engine(Scheduler):
         answer = self.policy.decide(batch)
         decision_s = time.perf_counter() - t0 if self.measure_decision else step.decision_s
         # checked every step, before any kernel sees it; under --check, B within the limit (INV-2)
-        lengths = answer_lengths(answer, m, self.max_length, self._who)
+        lengths, verified = answer_lengths(answer, m, self.max_length, self._who)
         if self.check:
             check_tokens(lengths, step.cost.base_tokens, self.max_batch_tokens, self._who)
-        return lengths, batch, decision_s
+        return lengths, verified, batch, decision_s
 
     def _who(self) -> str:
         return f"step {self.step_index}: policy {self.policy.label()!r}"

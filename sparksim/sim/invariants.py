@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from sparksim.errors import SparksimError
 
 if TYPE_CHECKING:
@@ -136,11 +134,3 @@ def check_run(
         out += inv6_feature_off(steps, requests)
     out += inv7_conservation(census)
     return out
-
-
-def lengths_in_bounds(lengths: np.ndarray[tuple[int], np.dtype[np.int64]], gamma: int) -> bool:
-    """INV-2 for one step's policy output (int64): every ℓ in 0..gamma.
-
-    One reduction, not two (it runs every step): seen as unsigned, a negative ℓ is past 2⁶³.
-    """
-    return bool(lengths.size == 0 or int(lengths.view(np.uint64).max()) <= gamma)

@@ -15,7 +15,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from sparksim.errors import PolicyError
-from sparksim.sim.invariants import InvariantError, lengths_in_bounds
+from sparksim.sim.invariants import InvariantError
+from sparksim.step import kernels
 from sparksim.step.batch_layout import EMITTED, OUT_LEN, ROW, ROW_END
 
 
@@ -25,10 +26,11 @@ def short(values: NDArray[Any]) -> str:
     return text + (" ..." if values.size > 16 else "")
 
 
-def answer_lengths(answer: Any, m: int, max_length: int, who: Callable[[], str]) -> NDArray[np.int64]:
-    """Return a policy's answer as ℓ, or raise PolicyError naming the policy, step (`who`) and value.
+def answer_lengths(answer: Any, m: int, max_length: int, who: Callable[[], str]) -> tuple[NDArray[np.int64], int]:
+    """Return a policy's answer as ℓ and Σℓ, or raise PolicyError naming the policy, step (`who`) and value.
 
-    ℓ must be an (m,) array of integers in 0..`max_length` (the positions drafted).
+    ℓ must be an (m,) array of integers in 0..`max_length` (the positions drafted); the
+    bounds and the sum are one pass (`kernels.verified`, which reads ℓ and indexes nothing).
     """
     lengths = answer if isinstance(answer, np.ndarray) else np.asarray(answer)
     if lengths.shape != (m,) or lengths.dtype.kind not in "iu":
@@ -36,11 +38,12 @@ def answer_lengths(answer: Any, m: int, max_length: int, who: Callable[[], str])
                           f"integers of shape ({m},), one per request): {short(lengths)}")
     if lengths.dtype != np.int64:
         lengths = lengths.astype(np.int64)
-    if not lengths_in_bounds(lengths, max_length):
+    verified = kernels.verified(lengths, max_length)
+    if verified < 0:
         bad = lengths[(lengths < 0) | (lengths > max_length)]
         raise PolicyError(f"{who()} returned ℓ = {int(bad[0])} (must be in 0..{max_length}, "
                           f"the positions drafted): {short(lengths)}")
-    return lengths
+    return lengths, verified
 
 
 def check_tokens(lengths: NDArray[np.int64], fixed: int, max_tokens: int, who: Callable[[], str]) -> None:

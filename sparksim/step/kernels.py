@@ -13,9 +13,11 @@ snapshot rows to this step's requests (a dozen numpy calls: an argsort, a search
 compiled, a lookup table over the ids' span, which running requests keep narrow, else a
 search per request). `count_at_least` counts, per request, the survivals at or above
 the fill's threshold: a reduction along the short γ axis, which numpy does slowly.
-`advance` applies one engine step to the running batch (the replay rule of
-`sparksim.step.acceptance`, the state counters, the (ℓ, accepted) histogram and the finished /
-out-of-trace checks): some fifteen small array operations at R = 64, in one loop.
+`verified` checks a policy's answer (every ℓ within the positions drafted) and sums it, in
+one pass where numpy takes a max and a sum. `advance` applies one engine step to the running
+batch (the replay rule of `sparksim.step.acceptance`, the state counters, the (ℓ, accepted)
+histogram and the finished / out-of-trace checks): some fifteen small array operations at
+R = 64, in one loop.
 
 Each kernel exists twice. The numba versions (the `fast` extra) run when numba is installed
 and `SPARKSIM_KERNELS` is not `numpy`: by default a process starts on the numpy twins and
@@ -162,6 +164,16 @@ def count_at_least_numpy(survival: NDArray[np.float64], v: float) -> NDArray[np.
     bits = np.bitwise_count(flags.view(np.uint64))  # (R, w): one set bit per True byte
     counts = bits[:, 0] if words == 1 else bits.sum(axis=1)
     return counts.astype(np.int64)
+
+
+def verified_numpy(lengths: NDArray[np.int64], max_length: int) -> int:
+    """Return Σℓ over a policy's answer `lengths` (int64), or -1 if some ℓ is outside 0..max_length.
+
+    One reduction for the bounds: seen as unsigned, a negative ℓ is past 2⁶³.
+    """
+    if lengths.size and int(lengths.view(np.uint64).max()) > max_length:
+        return -1
+    return int(lengths.sum())
 
 
 def advance_numpy(
@@ -328,6 +340,16 @@ def _advance_loop(
     return drafted_ok, emitted_total, any_done, any_past
 
 
+def _verified_loop(lengths: NDArray[np.int64], max_length: int) -> int:
+    """The same as `verified_numpy`, in one pass (compiled by numba)."""
+    total = 0
+    for ell in lengths:
+        if ell < 0 or ell > max_length:
+            return -1
+        total += ell
+    return total
+
+
 class Kernels(NamedTuple):
     """One backend's kernels."""
 
@@ -336,9 +358,11 @@ class Kernels(NamedTuple):
     advance: Callable[..., Any]
     priced_scan: Callable[..., Any]
     stale_rows: Callable[..., Any]
+    verified: Callable[..., Any]
 
 
-NUMPY = Kernels(theta_scan_numpy, count_at_least_numpy, advance_numpy, priced_scan_numpy, stale_rows_numpy)
+NUMPY = Kernels(theta_scan_numpy, count_at_least_numpy, advance_numpy, priced_scan_numpy, stale_rows_numpy,
+                verified_numpy)
 
 # Whether numba is installed, found without importing it: importing numba loads LLVM
 # (about 0.3 s and 60 MB), which a command that never steps an engine should not pay.
@@ -353,7 +377,7 @@ def numba_kernels() -> Kernels:
 
     jit = numba.njit(cache=True, nogil=True)
     return Kernels(jit(_theta_scan_loop), jit(_count_at_least_loop), jit(_advance_loop), jit(_priced_scan_loop),
-                   jit(_stale_rows_loop))
+                   jit(_stale_rows_loop), jit(_verified_loop))
 
 
 def _on_first_call(name: str) -> Callable[..., Any]:
@@ -397,25 +421,26 @@ advance: Callable[
 ]
 priced_scan: Callable[..., tuple[int, float]]
 stale_rows: Callable[[NDArray[np.int64], NDArray[np.int64], NDArray[np.float64], bool], tuple[NDArray[np.float64], int]]
+verified: Callable[[NDArray[np.int64], int], int]
 _CHOICE = os.environ.get("SPARKSIM_KERNELS", "").lower()
 if HAVE_NUMBA and _CHOICE == "numba":  # asked for: bind (and load) numba on the first call
     BACKEND = "numba"
-    theta_scan, count_at_least, advance, priced_scan, stale_rows = (_on_first_call(name) for name in Kernels._fields)
+    theta_scan, count_at_least, advance, priced_scan, stale_rows, verified = (_on_first_call(name) for name in Kernels._fields)
 elif HAVE_NUMBA and _CHOICE != "numpy":  # the default: numpy first, numba once it pays
     BACKEND = "numba"
-    theta_scan, count_at_least, advance, priced_scan, stale_rows = (_warming(name) for name in Kernels._fields)
+    theta_scan, count_at_least, advance, priced_scan, stale_rows, verified = (_warming(name) for name in Kernels._fields)
 else:
     BACKEND = "numpy"
-    theta_scan, count_at_least, advance, priced_scan, stale_rows = NUMPY
+    theta_scan, count_at_least, advance, priced_scan, stale_rows, verified = NUMPY
 
 
 def use(backend: str) -> None:
     """Switch the kernels to `backend` ("numba" or "numpy"), e.g. to compare the two."""
-    global theta_scan, count_at_least, advance, priced_scan, stale_rows, BACKEND
+    global theta_scan, count_at_least, advance, priced_scan, stale_rows, verified, BACKEND
     if backend == "numpy":
-        theta_scan, count_at_least, advance, priced_scan, stale_rows = NUMPY
+        theta_scan, count_at_least, advance, priced_scan, stale_rows, verified = NUMPY
     elif backend == "numba" and HAVE_NUMBA:
-        theta_scan, count_at_least, advance, priced_scan, stale_rows = numba_kernels()
+        theta_scan, count_at_least, advance, priced_scan, stale_rows, verified = numba_kernels()
     else:
         raise ValueError(f"kernel backend {backend!r} is not available (numba installed: "
                          f"{HAVE_NUMBA}); use 'numba' or 'numpy'")
