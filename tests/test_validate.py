@@ -139,6 +139,13 @@ PROFILE_BREAKS: dict[str, tuple[Callable[[Path], None], list[str]]] = {
     "binary garbage": (
         lambda p: (p / "verify.csv").write_bytes(b"\x00\xff\xfe\x89PNG\x00" * 40),
         ["verify.csv: cannot be parsed as CSV"]),
+    "attention with one KV size at 0 tokens": (
+        lambda p: pd.DataFrame({"kv_tokens": [0], "attn_ms": [0.5]}).to_csv(p / "attention.csv", index=False),
+        ["attention.csv: a single kv_tokens value must be >= 1 (got 0)"]),
+    "attention with a negative KV size": (
+        lambda p: pd.DataFrame({"kv_tokens": [-8, 1024], "attn_ms": [0.1, 0.5]}).to_csv(
+            p / "attention.csv", index=False),
+        ["attention.csv: column 'kv_tokens' row 1"]),
     "draft.csv missing column": (
         lambda p: _edit_csv(p / "draft.csv", lambda d: d.rename(columns={"draft_ms": "ms"})),
         ["draft.csv: missing column 'draft_ms'"]),

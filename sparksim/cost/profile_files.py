@@ -318,6 +318,12 @@ def _parse_attention(
     if np.isnan(grid).any():
         problems.append("attention.csv: every requests row needs the same kv_tokens values")
         return None
+    if kv_tokens.size == 1 and kv_tokens[0] <= 0:
+        # one column is read as a line through the origin (cost ∝ KV tokens): it needs a slope
+        problems.append(f"attention.csv: a single kv_tokens value must be >= 1 (got {kv_tokens[0]:g}); "
+                        "one column is scaled through 0 tokens at 0 ms, so give a positive KV size, "
+                        "or two sizes")
+        return None
     ms = _monotone(grid, "attention.csv", path.name)
     return (np.empty(0) if single or requests.size == 1 else requests), kv_tokens, ms
 
