@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sparksim.cost.profile import Profile
 from sparksim.policies import make_policy
 from sparksim.policies.base import StepBatch
 from sparksim.policies.path import (
@@ -17,7 +18,15 @@ from sparksim.policies.path import (
     round_to_captured,
     top_k_lengths,
 )
-from tests.policy_helpers import CONF_GRID, batches, confidences, profile, reference_cut, step_s
+from tests.policy_helpers import (
+    CONF_GRID,
+    batches,
+    confidences,
+    profile,
+    profiles,
+    reference_cut,
+    step_s,
+)
 
 # Drawn profiles are small; batches past their last size extrapolate on purpose.
 pytestmark = pytest.mark.filterwarnings("ignore::sparksim.cost.profile.ProfileWarning")
@@ -28,6 +37,32 @@ pytestmark = pytest.mark.filterwarnings("ignore::sparksim.cost.profile.ProfileWa
 def test_greedy_matches_algorithm_1_written_as_a_loop(batch: StepBatch) -> None:
     lengths = make_policy("greedy", batch.gamma).decide(batch)
     np.testing.assert_array_equal(lengths, reference_cut(batch))
+
+
+@st.composite
+def wide_batches(draw: st.DrawFn, prof: Profile) -> StepBatch:
+    """Draw a batch of 280-512 candidates on `prof`: wide enough for greedy to walk the path's head alone."""
+    r, g = draw(st.integers(40, 64)), draw(st.integers(7, 8))
+    grid = draw(st.sampled_from([CONF_GRID, CONF_GRID[4:]]))  # with zeros, or none
+    conf = np.array(draw(st.lists(st.sampled_from(grid), min_size=r * g, max_size=r * g))).reshape(r, g)
+    cap = draw(st.one_of(st.none(), st.integers(r, r * (g + 1) + 4)))
+    return StepBatch.from_conf(conf, prof, extra_fixed_tokens=draw(st.integers(0, 4)), max_tokens=cap,
+                               draft_s=draw(st.sampled_from([0.0, 0.002])))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_greedy_walking_only_the_paths_head_matches_algorithm_1(data: st.DataObject) -> None:
+    # Why: on a wide batch greedy sorts only the largest survivals (twice its last stop) once
+    # its cost table covers the path; its answer must be the whole walk's wherever it stops:
+    # at the token cap, inside the head, or past it (then it falls back to the whole sort).
+    # Drawn profiles end by 48 tokens and slope on, so walks stop early; a graph flat up to
+    # 256 tokens lets one run through the head. One profile for the run, as an engine has.
+    flat = profile([8, 256, 1024], [5.0, 5.0, 9.0], captured=[8, 256, 1024])
+    prof = data.draw(st.one_of(profiles(), st.just(flat)))
+    policy = make_policy("greedy", 8)
+    for batch in data.draw(st.lists(wide_batches(prof), min_size=2, max_size=6)):
+        np.testing.assert_array_equal(policy.decide(batch), reference_cut(batch))
 
 
 @settings(max_examples=80, deadline=None)

@@ -29,7 +29,44 @@ class Greedy(Policy):
         self._chunk = 64  # first pass of the scan: twice the last stop, so one pass usually
 
     def decide(self, batch: StepBatch) -> Lengths:
+        lengths = self._decide_on_head(batch)
+        if lengths is not None:
+            return lengths
         path = batch_path(batch, self._table)
         cut = path.greedy_cut(self._chunk)
         self._chunk = max(64, 2 * cut + 2)
         return top_k_lengths(batch.survival, cut, path.ranked)
+
+    def _decide_on_head(self, batch: StepBatch) -> Lengths | None:
+        """Alg. 1 over the path's first `_chunk` candidates alone, or None if it may need more.
+
+        The walk stops at the first admission that does not raise Θ, usually well inside
+        twice the last step's stop (`_chunk`): the largest `_chunk` + 1 survivals, found by a
+        partition and sorted, are the path's head (the same floats as the whole sort's), so
+        the sort of all R·γ is skipped. The answer is the whole walk's when the walk stops
+        inside the head or the token cap ends the path there; a walk that runs through the
+        head, a head holding a zero survival (the path's length would need them counted) or a
+        step-cost table not yet covering the whole path (the whole walk would grow it, and a
+        strict profile raise) go to the whole sort.
+        """
+        survival, cost = batch.survival, batch.cost
+        head = self._chunk + 1  # one past the walk: the fill reads the value after the cut
+        if cost.shaped or 4 * head > survival.size:
+            return None  # a small batch sorts faster than it partitions
+        fixed = batch.fixed_tokens
+        cap = max(0, batch.max_tokens - fixed)  # admissions the token cap allows
+        if not self._table.covers(cost.profile, fixed + min(survival.size, cap) + 1):
+            return None
+        flat = survival.flatten()
+        flat.partition(flat.size - head)
+        top = flat[flat.size - head :]
+        top.sort()
+        ranked = top[::-1]
+        if not ranked[-1] > 0.0:
+            return None
+        walk = min(cap, head - 1)
+        cut = self._table.scan(cost, fixed, ranked[:walk], float(batch.num_requests), True, self._chunk)[0]
+        if cut == walk < cap:
+            return None  # every admission in the head raised Θ: the stop lies further on
+        self._chunk = max(64, 2 * cut + 2)
+        return top_k_lengths(survival, cut, ranked)

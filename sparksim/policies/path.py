@@ -86,6 +86,10 @@ class CostTable:
             out = out + cost.extra_s(np.arange(first_tokens, first_tokens + count), longest)
         return out
 
+    def covers(self, profile: Profile, end: int) -> bool:
+        """Whether step_s(B) is tabulated up to B = end - 1 for `profile` (a walk that far grows nothing)."""
+        return profile is self._profile and (profile.mode, profile.strict) == self._key and end <= self._dense.size
+
     def scan(self, cost: StepCost, first_tokens: int, gains: NDArray[np.float64], tau_start: float,
              early_stop: bool, chunk: int = 0) -> tuple[int, float]:
         """`kernels.theta_scan` along `gains` with step_s(B) for B = first_tokens .. + n, priced
