@@ -25,8 +25,6 @@ from sparksim.step.batch_layout import (
     ADMIT_SEQ,
     CONTEXT,
     DOM,
-    EMITTED,
-    OUT_LEN,
     RID,
     ROW,
     ROW_END,
@@ -193,12 +191,17 @@ class Scheduler(BatchSlots):
         return req
 
     def _continue_traces(self, idx: NDArray[np.int64]) -> None:
-        """Requests past the end of their trace request continue on another of the same domain."""
+        """Requests past the end of their trace request continue on another of the same domain.
+
+        `idx`: the slots whose request is past its trace rows and still to emit (the callers
+        have removed the finished ones), in slot order.
+        """
         st = self.state
         self._quiet = 0
-        over = (st[ROW, idx] >= st[ROW_END, idx]) & (st[EMITTED, idx] < st[OUT_LEN, idx])
-        for i in idx[over].tolist():  # (Python ints: a numpy scalar costs more than its arithmetic)
-            row, end, dom, cur = (int(v) for v in st[[ROW, ROW_END, DOM, TRACE_CUR], i])
+        # Python ints: a numpy scalar costs more than its arithmetic
+        rows, ends = st[ROW, idx].tolist(), st[ROW_END, idx].tolist()
+        doms, curs = st[DOM, idx].tolist(), st[TRACE_CUR, idx].tolist()
+        for i, row, end, dom, cur in zip(idx.tolist(), rows, ends, doms, curs, strict=True):
             overshoot = row - end  # tokens emitted past the old end
             switches = 0
             while row >= end:
