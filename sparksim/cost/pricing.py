@@ -138,8 +138,10 @@ class StepCost:
         dense_s = prof.verify_s_scalar(tokens) if self.requests else prof.prefill_dense_s(tokens)
         attention_s = 0.0
         if self.attn_token_s:  # `attention_excess_s` at one B, in Python floats (the same operations)
-            longest = int(lengths.max()) if verified else 0
-            queries = self.requests * (1.0 + longest) if self.padded else tokens - float(self.prefill_tokens)
+            if self.padded:  # every request padded to the longest verified block
+                queries = self.requests * (1.0 + (int(lengths.max()) if verified else 0))
+            else:
+                queries = tokens - float(self.prefill_tokens)
             attention_s = max(self.attn_token_s * queries - self.attn_mem_s, 0.0)
         return StepPrice(self.draft_s, dense_s, self.kv_s, attention_s,
                          self.drafts_s if verified else 0.0, self.overhead_s)
