@@ -13,8 +13,11 @@ along the path; on a jagged SPS it can stop at a local maximum before a cliff.
 
 from __future__ import annotations
 
+import numpy as np
+from numpy.typing import NDArray
+
 from sparksim.policies.base import Lengths, Policy, StepBatch
-from sparksim.policies.path import CostTable, batch_path, top_k_lengths
+from sparksim.policies.path import CostTable, batch_path, path_length, sorted_head, top_k_lengths
 
 
 class Greedy(Policy):
@@ -29,21 +32,23 @@ class Greedy(Policy):
         self._chunk = 64  # first pass of the scan: twice the last stop, so one pass usually
 
     def decide(self, batch: StepBatch) -> Lengths:
-        lengths = self._decide_on_head(batch)
-        if lengths is not None:
-            return lengths
-        path = batch_path(batch, self._table)
-        cut = path.greedy_cut(self._chunk)
+        head = self._head_cut(batch)
+        if head is None:
+            path = batch_path(batch, self._table)
+            cut, ranked = path.greedy_cut(self._chunk), path.ranked
+        else:
+            cut, ranked = head
         self._chunk = max(64, 2 * cut + 2)
-        return top_k_lengths(batch.survival, cut, path.ranked)
+        return top_k_lengths(batch.survival, cut, ranked)
 
-    def _decide_on_head(self, batch: StepBatch) -> Lengths | None:
-        """Alg. 1 over the path's first `_chunk` candidates alone, or None if it may need more.
+    def _head_cut(self, batch: StepBatch) -> tuple[int, NDArray[np.float64]] | None:
+        """Alg. 1's cut over the path's first `_chunk` candidates alone, with those candidates
+        ranked; None if it may need more.
 
         The walk stops at the first admission that does not raise Θ, usually well inside
-        twice the last step's stop (`_chunk`): the largest `_chunk` + 1 survivals, found by a
-        partition and sorted, are the path's head (the same floats as the whole sort's), so
-        the sort of all R·γ is skipped. The answer is the whole walk's when the walk stops
+        twice the last step's stop (`_chunk`): the largest `_chunk` + 1 survivals
+        (`sorted_head`, the same floats as the whole sort's first ones) are the path's head,
+        so the sort of all R·γ is skipped. The cut is the whole walk's when the walk stops
         inside the head or the token cap ends the path there; a walk that runs through the
         head, a head holding a zero survival (the path's length would need them counted) or a
         step-cost table not yet covering the whole path (the whole walk would grow it, and a
@@ -54,19 +59,14 @@ class Greedy(Policy):
         if cost.shaped or 4 * head > survival.size:
             return None  # a small batch sorts faster than it partitions
         fixed = batch.fixed_tokens
-        cap = max(0, batch.max_tokens - fixed)  # admissions the token cap allows
-        if not self._table.covers(cost.profile, fixed + min(survival.size, cap) + 1):
+        longest = path_length(survival.size, fixed, batch.max_tokens)  # the path's length at most
+        if not self._table.covers(cost.profile, fixed + longest + 1):
             return None
-        flat = survival.flatten()
-        flat.partition(flat.size - head)
-        top = flat[flat.size - head :]
-        top.sort()
-        ranked = top[::-1]
+        ranked = sorted_head(survival, head)
         if not ranked[-1] > 0.0:
             return None
-        walk = min(cap, head - 1)
+        walk = min(longest, head - 1)
         cut = self._table.scan(cost, fixed, ranked[:walk], float(batch.num_requests), True, self._chunk)[0]
-        if cut == walk < cap:
+        if cut == walk < longest:
             return None  # every admission in the head raised Θ: the stop lies further on
-        self._chunk = max(64, 2 * cut + 2)
-        return top_k_lengths(survival, cut, ranked)
+        return cut, ranked

@@ -54,6 +54,16 @@ def sorted_survival(survival: NDArray[np.float64]) -> NDArray[np.float64]:
     return flat[::-1]
 
 
+def sorted_head(survival: NDArray[np.float64], count: int) -> NDArray[np.float64]:
+    """Return the `count` largest survivals sorted descending: `sorted_survival`'s first `count`,
+    by a partition and a sort of those alone."""
+    flat = survival.flatten()
+    flat.partition(flat.size - count)
+    head = flat[flat.size - count :]
+    head.sort()
+    return head[::-1]
+
+
 def path_length(num_candidates: int, fixed_tokens: int, max_tokens: int) -> int:
     """Return how many candidates the token cap lets a step admit: B = fixed + k ≤ max_tokens."""
     return max(0, min(num_candidates, max_tokens - fixed_tokens))
