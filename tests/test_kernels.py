@@ -12,7 +12,7 @@ from contextlib import contextmanager
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from numpy.typing import NDArray
 
@@ -199,6 +199,27 @@ def test_the_compiled_stale_rows_are_the_numpy_rows_bit_for_bit(case) -> None:
     want, q = kernels.stale_rows_numpy(ids, stale_ids, survival, fill)
     assert p == q
     np.testing.assert_array_equal(got if fill else got[:p], want if fill else want[:p])
+
+
+@numba_only
+@settings(max_examples=150, deadline=None)
+@given(memberships(), st.booleans())
+def test_the_compiled_stale_path_is_the_sorted_stale_rows_bit_for_bit(case, coarse) -> None:
+    # Why: two-step's K is read off this path; the compiled kernel edits the snapshot's sorted
+    # values where numpy sorts the matched rows afresh, and K (so every figure) must not
+    # depend on which ran. Coarse survivals tie across rows and reach 0: a request that left
+    # must take one copy of each of its values out, not every equal one.
+    ids, stale_ids, survival = case
+    assume(survival.shape[1] > 1)  # γ = 1 sums the joined mean pairwise: the caller sorts the rows
+    if coarse:
+        survival = np.floor(survival * 4.0) / 4.0  # still non-increasing along each row
+    ranked = np.sort(survival.ravel())[::-1]
+    got = kernels.numba_kernels().stale_path(ranked, ids, stale_ids, survival)
+    want = kernels.stale_path_numpy(ranked, ids, stale_ids, survival)
+    rows, _ = kernels.stale_rows_numpy(ids, stale_ids, survival, True)
+    assert got.shape == (ids.size * survival.shape[1],)
+    np.testing.assert_array_equal(want, np.sort(rows.ravel())[::-1])
+    np.testing.assert_array_equal(got, want)
 
 
 @settings(max_examples=150, deadline=None)

@@ -83,6 +83,9 @@ class TwoStep(Policy):
         self._ema_ids = np.empty(0, dtype=np.int64)  # sorted
         self._ema_conf = np.empty((0, block))
         self._table = CostTable()
+        # every snapshot sorted, for `kernels.stale_path` to edit, where the snapshot holds the
+        # raw survivals (no EMA) and the kernels run compiled (the numpy twin sorts afresh)
+        self._edits = self.ema == 0.0 and block > 1
         self.last_capacity: int | None = None  # K of the latest step (within the token cap)
 
     @property
@@ -93,13 +96,14 @@ class TwoStep(Policy):
         survival = batch.survival if self.ema == 0.0 else self._smoothed_survival(batch)
         ids = batch.request_ids.tobytes()
         stale = self._history[0] if self.delay and len(self._history) == self.delay else None
-        # Sorted only if K is likely to read it as it is: K `delay` steps on sorts the rows it
-        # matches when membership has changed by then, and the fill needs only the K-th value
-        # (a partition, not a sort). Where membership held over the last `delay` steps it is
-        # taken to hold over the next: one sort then serves this fill and that K. (Sorted or
-        # not, the values and the lengths are the same; only the work differs.)
+        # Sorted where K `delay` steps on can read it: as it is where membership holds, or
+        # edited for the requests that came and went (`kernels.stale_path`, compiled: no sort
+        # of its own), and the fill then reads its K-th value. Otherwise (the numpy kernels
+        # sort the matched rows afresh, and the fill needs only the K-th value, a partition)
+        # only where membership held over the last `delay` steps, taken to hold over the next.
+        # (Sorted or not, the values and the lengths are the same; only the work differs.)
         steady = stale is not None and stale[0] == ids and self.ema == 0.0
-        fresh_ranked = sorted_survival(survival) if self.delay == 0 or steady else None
+        fresh_ranked = sorted_survival(survival) if self.delay == 0 or steady or (self._edits and kernels.COMPILED) else None
         # Copies: should the engine reuse its batch buffers, a stale snapshot that aliased
         # them would silently turn fresh, and K would read this step's survivals.
         snapshot: Snapshot = (ids, survival.copy(), fresh_ranked)
@@ -124,6 +128,12 @@ class TwoStep(Policy):
         ids, survival, ranked = stale
         if ids == batch.request_ids.tobytes():
             path = batch_path(batch, self._table, survival=survival, ranked=ranked)  # the snapshot's own rows
+        elif ranked is not None and survival.shape[1] > 1 and not batch.cost.shaped:
+            # the snapshot's sorted values edited for who came and went (γ = 1 sums its mean
+            # pairwise, below; a shaped price reads the matched rows themselves)
+            stale_ids = np.frombuffer(ids, dtype=batch.request_ids.dtype)
+            path = batch_path(batch, self._table, survival=survival,
+                              ranked=kernels.stale_path(ranked, batch.request_ids, stale_ids, survival))
         else:
             stale_ids = np.frombuffer(ids, dtype=batch.request_ids.dtype)
             pairwise = survival.shape[1] == 1  # numpy sums one column pairwise, not row by row

@@ -150,6 +150,24 @@ def stale_rows_numpy(
     return out, rows.size
 
 
+def stale_path_numpy(
+    ranked: NDArray[np.float64], ids: NDArray[np.int64], stale_ids: NDArray[np.int64],
+    stale_survival: NDArray[np.float64],
+) -> NDArray[np.float64]:
+    """Return two-step's stale path for this step's requests: the values of `stale_rows` (fill
+    on, γ > 1) sorted descending, shape (R·γ,).
+
+    `ranked` is the snapshot's every survival sorted descending; the compiled twin edits it
+    (drops the rows of the requests that left, merges in the joined ones' mean row), where
+    this one sorts the matched rows afresh. The path needs only the values, so the two are
+    the same array.
+    """
+    rows, _ = stale_rows_numpy(ids, stale_ids, stale_survival, True)
+    flat = rows.flatten()
+    flat.sort()
+    return flat[::-1]
+
+
 def count_at_least_numpy(survival: NDArray[np.float64], v: float) -> NDArray[np.int64]:
     """Return, per row of `survival` (R, γ, each row non-increasing), how many entries are ≥ v.
 
@@ -295,6 +313,78 @@ def _stale_rows_loop(
     return out, filled
 
 
+def _stale_path_loop(
+    ranked: NDArray[np.float64], ids: NDArray[np.int64], stale_ids: NDArray[np.int64],
+    stale_survival: NDArray[np.float64],
+) -> NDArray[np.float64]:
+    """The same path as `stale_path_numpy`, by editing the snapshot's sorted values `ranked`
+    (compiled by numba): one pass drops the values of the rows whose request left (sorted,
+    a few) and merges in the joined requests' mean row (γ values, each once per joined
+    request). No sort of the R·γ values."""
+    num, old = ids.size, stale_ids.size
+    gamma = stale_survival.shape[1]
+    if num == 0:
+        return np.empty(0)
+    stays = np.zeros(old, dtype=np.bool_)
+    present = 0
+    lo, hi = min(ids.min(), stale_ids.min()), max(ids.max(), stale_ids.max())
+    if hi - lo < 16 * (num + old):  # as `_stale_rows_loop`: a table over the ids' span
+        where = np.full(hi - lo + 1, -1, dtype=np.int64)
+        for j in range(old):
+            where[stale_ids[j] - lo] = j
+        for i in range(num):
+            p = where[ids[i] - lo]
+            if p >= 0:
+                stays[p] = True
+                present += 1
+    else:
+        order = np.argsort(stale_ids)
+        sorted_ids = stale_ids[order]
+        for i in range(num):
+            p = min(np.searchsorted(sorted_ids, ids[i]), old - 1)
+            if sorted_ids[p] == ids[i]:
+                stays[order[p]] = True
+                present += 1
+    gone = np.empty((old - present) * gamma)  # the values leaving, ascending
+    g = 0
+    for j in range(old):
+        if not stays[j]:
+            for c in range(gamma):
+                gone[g] = stale_survival[j, c]
+                g += 1
+    gone.sort()
+    joined = num - present
+    mean = np.zeros(gamma)  # `_stale_rows_loop`'s mean, summed first row to last
+    if joined:
+        mean[:] = stale_survival[0]
+        for r in range(1, old):
+            mean += stale_survival[r]
+        mean /= old
+        mean.sort()
+    size = num * gamma
+    if ranked.size != old * gamma:
+        raise ValueError("stale_path: ranked does not hold the snapshot's every survival")
+    out = np.empty(size)
+    o, gi, mi = 0, g - 1, gamma - 1 if joined else -1  # gone and mean read from the top
+    for x in ranked:
+        if gi >= 0 and x == gone[gi]:
+            gi -= 1
+            continue
+        while mi >= 0 and mean[mi] > x:
+            out[o : o + joined] = mean[mi]
+            o += joined
+            mi -= 1
+        if o == size:  # a leaving value missing from ranked: not the snapshot's own sort
+            raise ValueError("stale_path: ranked is not the snapshot's survivals sorted")
+        out[o] = x
+        o += 1
+    while mi >= 0:
+        out[o : o + joined] = mean[mi]
+        o += joined
+        mi -= 1
+    return out
+
+
 def _count_at_least_loop(survival: NDArray[np.float64], v: float) -> NDArray[np.int64]:
     """The same counts as `count_at_least_numpy`, one row at a time (compiled by numba).
 
@@ -359,10 +449,11 @@ class Kernels(NamedTuple):
     priced_scan: Callable[..., Any]
     stale_rows: Callable[..., Any]
     verified: Callable[..., Any]
+    stale_path: Callable[..., Any]
 
 
 NUMPY = Kernels(theta_scan_numpy, count_at_least_numpy, advance_numpy, priced_scan_numpy, stale_rows_numpy,
-                verified_numpy)
+                verified_numpy, stale_path_numpy)
 
 # Whether numba is installed, found without importing it: importing numba loads LLVM
 # (about 0.3 s and 60 MB), which a command that never steps an engine should not pay.
@@ -377,7 +468,7 @@ def numba_kernels() -> Kernels:
 
     jit = numba.njit(cache=True, nogil=True)
     return Kernels(jit(_theta_scan_loop), jit(_count_at_least_loop), jit(_advance_loop), jit(_priced_scan_loop),
-                   jit(_stale_rows_loop), jit(_verified_loop))
+                   jit(_stale_rows_loop), jit(_verified_loop), jit(_stale_path_loop))
 
 
 def _on_first_call(name: str) -> Callable[..., Any]:
@@ -422,26 +513,33 @@ advance: Callable[
 priced_scan: Callable[..., tuple[int, float]]
 stale_rows: Callable[[NDArray[np.int64], NDArray[np.int64], NDArray[np.float64], bool], tuple[NDArray[np.float64], int]]
 verified: Callable[[NDArray[np.int64], int], int]
+stale_path: Callable[
+    [NDArray[np.float64], NDArray[np.int64], NDArray[np.int64], NDArray[np.float64]], NDArray[np.float64]
+]
+# Whether the compiled kernels run now (a caller may pick the cheaper way to use them: two-step
+# sorts every snapshot for `stale_path` to edit only then); False until numba is bound.
+COMPILED = False
 _CHOICE = os.environ.get("SPARKSIM_KERNELS", "").lower()
 if HAVE_NUMBA and _CHOICE == "numba":  # asked for: bind (and load) numba on the first call
     BACKEND = "numba"
-    theta_scan, count_at_least, advance, priced_scan, stale_rows, verified = (_on_first_call(name) for name in Kernels._fields)
+    theta_scan, count_at_least, advance, priced_scan, stale_rows, verified, stale_path = (_on_first_call(name) for name in Kernels._fields)
 elif HAVE_NUMBA and _CHOICE != "numpy":  # the default: numpy first, numba once it pays
     BACKEND = "numba"
-    theta_scan, count_at_least, advance, priced_scan, stale_rows, verified = (_warming(name) for name in Kernels._fields)
+    theta_scan, count_at_least, advance, priced_scan, stale_rows, verified, stale_path = (_warming(name) for name in Kernels._fields)
 else:
     BACKEND = "numpy"
-    theta_scan, count_at_least, advance, priced_scan, stale_rows, verified = NUMPY
+    theta_scan, count_at_least, advance, priced_scan, stale_rows, verified, stale_path = NUMPY
 
 
 def use(backend: str) -> None:
     """Switch the kernels to `backend` ("numba" or "numpy"), e.g. to compare the two."""
-    global theta_scan, count_at_least, advance, priced_scan, stale_rows, verified, BACKEND
+    global theta_scan, count_at_least, advance, priced_scan, stale_rows, verified, stale_path, BACKEND, COMPILED
     if backend == "numpy":
-        theta_scan, count_at_least, advance, priced_scan, stale_rows, verified = NUMPY
+        theta_scan, count_at_least, advance, priced_scan, stale_rows, verified, stale_path = NUMPY
     elif backend == "numba" and HAVE_NUMBA:
-        theta_scan, count_at_least, advance, priced_scan, stale_rows, verified = numba_kernels()
+        theta_scan, count_at_least, advance, priced_scan, stale_rows, verified, stale_path = numba_kernels()
     else:
         raise ValueError(f"kernel backend {backend!r} is not available (numba installed: "
                          f"{HAVE_NUMBA}); use 'numba' or 'numpy'")
     BACKEND = backend
+    COMPILED = backend == "numba"
