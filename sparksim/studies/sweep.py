@@ -19,7 +19,7 @@ import json
 import os
 import warnings
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -177,6 +177,13 @@ def run_point(scenario_path: str | None, base_sets: Sequence[str], point: SweepP
 
 RowFn = Callable[[str | None, Sequence[str], SweepPoint], dict[str, Any]]
 
+# How long the sweep's main thread waits for a point before it looks up again. Python runs a
+# signal's handler (Ctrl-C's KeyboardInterrupt) in the main thread only, and a signal the
+# kernel hands to another thread (the pool's manager, its queue feeder, the progress bar's
+# refresh) does not end the main thread's wait: an unbounded wait for the next point would
+# leave Ctrl-C unanswered until a point finished, minutes later on a long sweep.
+WAKE_S = 0.25
+
 
 def run_sweep(
     scenario_path: str | None,
@@ -267,14 +274,18 @@ def run_rows(
                 for k, i in enumerate(todo)}
         pending = list(refs)
         while pending:
-            ready, pending = ray.wait(pending, num_returns=1)
-            finish(refs[ready[0]], ray.get(ready[0]))
+            ready, pending = ray.wait(pending, num_returns=1, timeout=WAKE_S)  # see WAKE_S
+            for ref in ready:
+                finish(refs[ref], ray.get(ref))
     elif len(todo) > 1 and (pool is not None or own_pool):
         running = pool or start_pool(min(workers or os.cpu_count() or 1, len(todo)))
         try:
             futs = {running.submit(row, scenario_path, list(base_sets), points[i]): i for i in todo}
-            for fut in as_completed(futs):
-                finish(futs[fut], fut.result())
+            waiting = set(futs)
+            while waiting:
+                done_now, waiting = wait(waiting, timeout=WAKE_S, return_when=FIRST_COMPLETED)
+                for fut in sorted(done_now, key=futs.__getitem__):
+                    finish(futs[fut], fut.result())
         except BaseException:
             if running is not pool:
                 stop_pool(running)  # Ctrl-C or a failed point: do not wait for the running points
