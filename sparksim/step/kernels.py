@@ -270,6 +270,38 @@ def _priced_scan_loop(
     return best_k, best_tau
 
 
+def _snapshot_rows_loop(ids: NDArray[np.int64], stale_ids: NDArray[np.int64]) -> NDArray[np.int64]:
+    """Return each current request's row in two-step's snapshot, or -1 if it joined since
+    (compiled by numba, for the two loops below; `_snapshot_rows` is its compiled self).
+
+    Running requests' ids lie close together (ids are handed out in arrival order), so a
+    table over their span maps each id to its snapshot row in two passes, no sort; a wide
+    span (a long-running request among new ones) sorts and searches instead.
+    """
+    num, old = ids.size, stale_ids.size
+    rows = np.full(num, -1, dtype=np.int64)
+    if num == 0 or old == 0:
+        return rows
+    lo, hi = min(ids.min(), stale_ids.min()), max(ids.max(), stale_ids.max())
+    if hi - lo < 16 * (num + old):
+        where = np.full(hi - lo + 1, -1, dtype=np.int64)
+        for j in range(old):
+            where[stale_ids[j] - lo] = j
+        for i in range(num):
+            rows[i] = where[ids[i] - lo]
+    else:
+        order = np.argsort(stale_ids)
+        sorted_ids = stale_ids[order]
+        for i in range(num):
+            p = min(np.searchsorted(sorted_ids, ids[i]), old - 1)
+            if sorted_ids[p] == ids[i]:
+                rows[i] = order[p]
+    return rows
+
+
+_snapshot_rows: Callable[[NDArray[np.int64], NDArray[np.int64]], NDArray[np.int64]] = _snapshot_rows_loop
+
+
 def _stale_rows_loop(
     ids: NDArray[np.int64], stale_ids: NDArray[np.int64], stale_survival: NDArray[np.float64], fill: bool
 ) -> tuple[NDArray[np.float64], int]:
@@ -280,29 +312,10 @@ def _stale_rows_loop(
         out[:] = stale_survival
         return out, num
     filled = 0
-    if num == 0:
-        return out, 0
-    # Running requests' ids lie close together (ids are handed out in arrival order), so a
-    # table over their span maps each id to its snapshot row in two passes, no sort; a wide
-    # span (a long-running request among new ones) sorts and searches instead.
-    lo, hi = min(ids.min(), stale_ids.min()), max(ids.max(), stale_ids.max())
-    if hi - lo < 16 * (num + old):
-        where = np.full(hi - lo + 1, -1, dtype=np.int64)
-        for j in range(old):
-            where[stale_ids[j] - lo] = j
-        for i in range(num):
-            p = where[ids[i] - lo]
-            if p >= 0:
-                out[filled] = stale_survival[p]
-                filled += 1
-    else:
-        order = np.argsort(stale_ids)
-        sorted_ids = stale_ids[order]
-        for i in range(num):
-            p = min(np.searchsorted(sorted_ids, ids[i]), old - 1)
-            if sorted_ids[p] == ids[i]:
-                out[filled] = stale_survival[order[p]]
-                filled += 1
+    for p in _snapshot_rows(ids, stale_ids):
+        if p >= 0:
+            out[filled] = stale_survival[p]
+            filled += 1
     if fill and filled < num:
         mean = stale_survival[0].copy()
         for r in range(1, old):
@@ -327,24 +340,10 @@ def _stale_path_loop(
         return np.empty(0)
     stays = np.zeros(old, dtype=np.bool_)
     present = 0
-    lo, hi = min(ids.min(), stale_ids.min()), max(ids.max(), stale_ids.max())
-    if hi - lo < 16 * (num + old):  # as `_stale_rows_loop`: a table over the ids' span
-        where = np.full(hi - lo + 1, -1, dtype=np.int64)
-        for j in range(old):
-            where[stale_ids[j] - lo] = j
-        for i in range(num):
-            p = where[ids[i] - lo]
-            if p >= 0:
-                stays[p] = True
-                present += 1
-    else:
-        order = np.argsort(stale_ids)
-        sorted_ids = stale_ids[order]
-        for i in range(num):
-            p = min(np.searchsorted(sorted_ids, ids[i]), old - 1)
-            if sorted_ids[p] == ids[i]:
-                stays[order[p]] = True
-                present += 1
+    for p in _snapshot_rows(ids, stale_ids):
+        if p >= 0:
+            stays[p] = True
+            present += 1
     gone = np.empty((old - present) * gamma)  # the values leaving, ascending
     g = 0
     for j in range(old):
@@ -466,7 +465,9 @@ def numba_kernels() -> Kernels:
     for each array layout, about 0.5 s, and is cached on disk beside this file)."""
     import numba
 
+    global _snapshot_rows
     jit = numba.njit(cache=True, nogil=True)
+    _snapshot_rows = jit(_snapshot_rows_loop)  # the loops below call it compiled
     return Kernels(jit(_theta_scan_loop), jit(_count_at_least_loop), jit(_advance_loop), jit(_priced_scan_loop),
                    jit(_stale_rows_loop), jit(_verified_loop), jit(_stale_path_loop))
 
