@@ -97,7 +97,7 @@ class StepCost:
         """Fix a step's price for `requests` decode requests holding `kv_tokens` (the longest
         `kv_longest`), prompt `chunks` of (tokens, prefix), `positions` drafted per request by
         `drafter` (0: the drafter does not run) and `overhead_s` of loop and decision time."""
-        prefill_tokens = sum(t for t, _ in chunks)
+        prefill_tokens = sum(t for t, _ in chunks) if chunks else 0  # most steps carry no prompt
         kv_s = attn_mem_s = attn_token_s = 0.0
         padded = profile.attention_kv_padded
         # an engine that pads attention to the batch's longest context pays for R times it

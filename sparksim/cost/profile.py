@@ -93,6 +93,8 @@ class Profile:
     _scalar: tuple[list[float], list[float], float] | None = field(default=None, repr=False)
     _dense_memo: dict[float, float] = field(default_factory=dict, repr=False)  # verify_s_scalar's
     _attn_lists: tuple[list[float], list[list[float]], list[float]] | None = field(default=None, repr=False)
+    # attention_s's rows and weight for a request count: (w, row below, row above)
+    _attn_rows: dict[float, tuple[float, list[float], list[float]]] = field(default_factory=dict, repr=False)
     _prefill_lists: tuple[list[float], list[float]] | None = field(default=None, repr=False)
 
     @property
@@ -268,9 +270,15 @@ class Profile:
             self._extrapolated("kv_tokens", kv_tokens, kv[-1])
         if len(rows) == 1:
             return _interp_extrapolate(kv, rows[0], kv_tokens) / 1e3
-        i = min(max(bisect.bisect_right(req, requests) - 1, 0), len(req) - 2)
-        w = min(max((requests - req[i]) / (req[i + 1] - req[i]), 0.0), 1.0)
-        lo, hi = _interp_pair(kv, rows[i], rows[i + 1], kv_tokens)
+        pair = self._attn_rows.get(requests)  # R changes only when a request joins or leaves
+        if pair is None:
+            i = min(max(bisect.bisect_right(req, requests) - 1, 0), len(req) - 2)
+            w = min(max((requests - req[i]) / (req[i + 1] - req[i]), 0.0), 1.0)
+            pair = (w, rows[i], rows[i + 1])
+            if len(self._attn_rows) < 1 << 16:
+                self._attn_rows[requests] = pair
+        w, below, above = pair
+        lo, hi = _interp_pair(kv, below, above, kv_tokens)
         return ((1.0 - w) * lo + w * hi) / 1e3
 
     def _attention_lists(self) -> tuple[list[float], list[list[float]], list[float]]:
