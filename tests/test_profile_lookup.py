@@ -181,6 +181,34 @@ def test_scalar_fast_path_equals_the_vector_lookup_on_random_profiles(tmp_path: 
             assert again == got[::-1], f"{mode=}"
 
 
+@pytest.mark.parametrize("seed", range(12))
+def test_whole_batch_sizes_read_the_lookups_own_floats(tmp_path: Path, seed: int) -> None:
+    """Integer batch sizes are read from a table of `verify_s` at every size (the path
+    policies price thousands a step); it must give the lookup's floats bit for bit, keep the
+    caller's shape, and leave sizes past the profile (which warn) to the lookup.
+
+    Random tables as above, asked in random order, in two shapes, then past the profile.
+    """
+    rng = np.random.default_rng(seed)
+    sizes = np.unique(rng.integers(1, 600, size=int(rng.integers(1, 7))))
+    verify = pd.DataFrame({"tokens": sizes, "step_ms": 0.5 + sizes / 100 + rng.random(sizes.size)})
+    card = dict(CARD)
+    if seed % 2:
+        card["graph_capture_sizes"] = [int(s) for s in sizes[: max(1, sizes.size // 2)]]
+    path = write_profile(tmp_path / "p", verify, card)
+    asked = rng.integers(0, int(sizes[-1]) + 1, size=24)
+    for mode in ("step", "linear"):
+        prof = load_profile(path, mode=mode)
+        want = prof.verify_s(asked.astype(np.float64))  # floats: the lookup itself
+        got = prof.verify_s(asked)
+        assert got.dtype == np.float64 and got.tobytes() == want.tobytes(), f"{mode=}"
+        square = asked[:16].reshape(4, 4)
+        assert prof.verify_s(square).tobytes() == prof.verify_s(square.astype(np.float64)).tobytes()
+        with pytest.warns(ProfileWarning, match="extrapolat"):
+            past = prof.verify_s(np.array([1, 2 * int(sizes[-1]) + 3]))
+        assert past.tobytes() == prof.verify_s(np.array([1.0, 2.0 * int(sizes[-1]) + 3])).tobytes()
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_kv_price_follows_its_table_linearly_in_kv_and_requests(tmp_path: Path, seed: int) -> None:
     """The engine prices each step's KV read with `attention_s` (plain Python): it must be the

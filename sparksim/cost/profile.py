@@ -92,6 +92,7 @@ class Profile:
     _draft_cache: dict[tuple[str, int, int], float] = field(default_factory=dict, repr=False)
     _scalar: tuple[list[float], list[float], float] | None = field(default=None, repr=False)
     _dense_memo: dict[float, float] = field(default_factory=dict, repr=False)  # verify_s_scalar's
+    _dense_table: NDArray[np.float64] = field(default_factory=lambda: np.empty(0), repr=False)  # verify_s's
     _attn_lists: tuple[list[float], list[list[float]], list[float]] | None = field(default=None, repr=False)
     # attention_s's rows and weight for a request count: (w, row below, row above)
     _attn_rows: dict[float, tuple[float, list[float], list[float]]] = field(default_factory=dict, repr=False)
@@ -215,11 +216,33 @@ class Profile:
 
         The step without its KV reads (add `attention_s`).
         """
+        if isinstance(tokens, np.ndarray) and tokens.dtype.kind in "iu" and tokens.size:
+            dense = self._dense_upto(int(tokens.min()), int(tokens.max()))
+            if dense is not None:
+                return dense[tokens]
         t = np.asarray(tokens, dtype=np.float64)
         if t.size and float(t.max()) > self.tokens[-1]:
             self._extrapolated("tokens", float(t.max()), float(self.tokens[-1]))
         out = _lookup_1d(self.tokens, self.step_ms[None, :], t.ravel(), self.mode, self.step_limit)[0]
         return (out / 1e3).reshape(t.shape)
+
+    def _dense_upto(self, low: int, high: int) -> NDArray[np.float64] | None:
+        """`verify_s` at every whole batch size 0..N-1 (N > high), or None where that would leave
+        the profiled range (extrapolation warns, so it is asked for, never tabulated).
+
+        The lookup is elementwise, so the table holds the floats a call at those sizes gives;
+        the path policies' prices (a few thousand consecutive sizes a step) read it instead of
+        redoing the lookup. Grown by doubling within the profiled sizes, to 2^20 sizes.
+        """
+        if low < 0 or high > self.tokens[-1] or high >= 1 << 20:  # (a table of 8 MB at most)
+            return None
+        table = self._dense_table
+        if high >= table.size:
+            size = min(max(2 * table.size, 1024, high + 1), int(self.tokens[-1]) + 1, 1 << 20)
+            t = np.arange(size, dtype=np.float64)
+            out = _lookup_1d(self.tokens, self.step_ms[None, :], t, self.mode, self.step_limit)[0]
+            table = self._dense_table = out / 1e3
+        return table
 
     def verify_s_scalar(self, tokens: float) -> float:
         """Return `verify_s` for one batch size: the engine's per-step fast path (no arrays).
