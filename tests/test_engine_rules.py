@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sparksim.cost.engine_tables import (
     AtomSpsTable,
@@ -364,3 +366,23 @@ def test_the_exact_table_is_the_price_the_engine_charges(spec: str, params: dict
             else:
                 lengths = top_k_lengths(b.survival, k)
             assert s == pytest.approx(cost.price(np.asarray(lengths, np.int64)).total_s, rel=1e-9), (t, lengths)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 12), st.integers(1, 9), st.integers(0, 120), st.integers(0, 2**32 - 1), st.booleans())
+def test_trtllm_tail_fill_is_the_planners_stable_sort(r: int, gamma: int, k: int, seed: int, coarse: bool) -> None:
+    # Why: TensorRT-LLM fills its budget from a stable sort of every tail survival
+    # (position-major, values under 1e-6 never taken); sparksim's path selection must pick
+    # the same slots, ties and tiny survivals included, or the rule is not the engine's.
+    from sparksim.policies.trtllm import _top_tail
+
+    rng = np.random.default_rng(seed)
+    conf = rng.uniform(0.0, 1.0, (r, gamma))
+    if coarse:  # ties across requests, and survivals that fall under 1e-6
+        conf = np.floor(conf * 3.0) / 3.0 + np.where(rng.random((r, gamma)) < 0.2, 1e-7, 0.0)
+    survival = np.cumprod(np.clip(conf, 0.0, 1.0), axis=1)
+    flat = np.where(survival[:, 1:] >= 1e-6, survival[:, 1:], -1.0).T.ravel()
+    order = np.argsort(-flat, kind="stable")[:k]
+    order = order[flat[order] >= 0.0]
+    want = np.bincount(order % r, minlength=r) if gamma > 1 else np.zeros(r, np.int64)
+    np.testing.assert_array_equal(_top_tail(survival, k), want)

@@ -36,7 +36,7 @@ import numpy as np
 
 from sparksim.policies.base import Lengths, Policy, StepBatch, check_float, check_int
 from sparksim.policies.engine_common import PlannerTable, StaleConfidences
-from sparksim.policies.path import cap_lengths
+from sparksim.policies.path import cap_lengths, top_k_lengths
 from sparksim.policies.threshold import Threshold
 
 
@@ -98,10 +98,11 @@ class TrtllmPlanner(Policy):
 
 
 def _top_tail(survival: np.ndarray, k: int) -> Lengths:
-    """Per request, how many of the k largest a_{r,j≥2} ≥ 1e-6 it holds (ties: lower j, lower r)."""
-    r, gamma = survival.shape
-    tail = np.where(survival[:, 1:] >= 1e-6, survival[:, 1:], -1.0)
-    flat = tail.T.ravel()  # position-major: the stable sort breaks ties by position, then request
-    order = np.argsort(-flat, kind="stable")[:k]
-    order = order[flat[order] >= 0.0]
-    return np.bincount(order % r, minlength=r).astype(np.int64) if gamma > 1 else np.zeros(r, np.int64)
+    """Per request, how many of the k largest a_{r,j≥2} ≥ 1e-6 it holds (ties: lower j, lower r).
+
+    The planner's stable sort of every tail value, position-major, cut at k: the path's
+    top-k (`top_k_lengths`, whose ties go the same way) over the tail with the values below
+    1e-6 set to 0, which are never candidates. Rows stay non-increasing, as it needs.
+    """
+    tail = survival[:, 1:]
+    return top_k_lengths(np.where(tail >= 1e-6, tail, 0.0), k)
