@@ -11,7 +11,9 @@ of a whole path (a slice, an addition and the extra terms' half-dozen operations
 built, and an early stop prices only the B it reaches. `stale_rows` matches two-step's
 snapshot rows to this step's requests (a dozen numpy calls: an argsort, a search, a gather;
 compiled, a lookup table over the ids' span, which running requests keep narrow, else a
-search per request). `count_at_least` counts, per request, the survivals at or above
+search per request); `stale_path` gives the same rows' values sorted, compiled by editing
+the snapshot's own sorted values (out go the rows of the requests that left, in the joined
+ones' mean row) rather than sorting R·γ values again. `count_at_least` counts, per request, the survivals at or above
 the fill's threshold: a reduction along the short γ axis, which numpy does slowly.
 `verified` checks a policy's answer (every ℓ within the positions drafted) and sums it, in
 one pass where numpy takes a max and a sum. `advance` applies one engine step to the running
