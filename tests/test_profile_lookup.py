@@ -153,6 +153,16 @@ def test_step_mode_pads_only_inside_the_captured_graph_range(tmp_path: Path) -> 
     assert [prof.verify_s_scalar(t) * 1e3 for t in (12, 24, 48)] == pytest.approx([3.0, 5.0, 9.0])
 
 
+def random_profile(tmp_path: Path, rng: np.random.Generator, captured: bool) -> tuple[Path, np.ndarray]:
+    """Write a random table (one to six sizes, with or without captured graphs); return it and its sizes."""
+    sizes = np.unique(rng.integers(1, 600, size=int(rng.integers(1, 7))))
+    verify = pd.DataFrame({"tokens": sizes, "step_ms": 0.5 + sizes / 100 + rng.random(sizes.size)})
+    card = dict(CARD)
+    if captured:
+        card["graph_capture_sizes"] = [int(s) for s in sizes[: max(1, sizes.size // 2)]]
+    return write_profile(tmp_path / "p", verify, card), sizes
+
+
 @pytest.mark.parametrize("seed", range(12))
 def test_scalar_fast_path_equals_the_vector_lookup_on_random_profiles(tmp_path: Path, seed: int) -> None:
     """The engine prices each step with `verify_s_scalar`; it must charge what `verify_s` says.
@@ -161,12 +171,7 @@ def test_scalar_fast_path_equals_the_vector_lookup_on_random_profiles(tmp_path: 
     modes), asked below, on, between and past every profiled size.
     """
     rng = np.random.default_rng(seed)
-    sizes = np.unique(rng.integers(1, 600, size=int(rng.integers(1, 7))))
-    verify = pd.DataFrame({"tokens": sizes, "step_ms": 0.5 + sizes / 100 + rng.random(sizes.size)})
-    card = dict(CARD)
-    if seed % 2:
-        card["graph_capture_sizes"] = [int(s) for s in sizes[: max(1, sizes.size // 2)]]
-    path = write_profile(tmp_path / "p", verify, card)
+    path, sizes = random_profile(tmp_path, rng, captured=bool(seed % 2))
     asked = np.unique(np.concatenate([sizes, sizes + 1, sizes - 1, [1, 2 * int(sizes[-1]) + 3],
                                       rng.uniform(1, 1.5 * sizes[-1], size=20)]))
     with warnings.catch_warnings():
@@ -190,12 +195,7 @@ def test_whole_batch_sizes_read_the_lookups_own_floats(tmp_path: Path, seed: int
     Random tables as above, asked in random order, in two shapes, then past the profile.
     """
     rng = np.random.default_rng(seed)
-    sizes = np.unique(rng.integers(1, 600, size=int(rng.integers(1, 7))))
-    verify = pd.DataFrame({"tokens": sizes, "step_ms": 0.5 + sizes / 100 + rng.random(sizes.size)})
-    card = dict(CARD)
-    if seed % 2:
-        card["graph_capture_sizes"] = [int(s) for s in sizes[: max(1, sizes.size // 2)]]
-    path = write_profile(tmp_path / "p", verify, card)
+    path, sizes = random_profile(tmp_path, rng, captured=bool(seed % 2))
     asked = rng.integers(0, int(sizes[-1]) + 1, size=24)
     for mode in ("step", "linear"):
         prof = load_profile(path, mode=mode)
