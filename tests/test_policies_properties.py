@@ -19,7 +19,15 @@ pytestmark = pytest.mark.filterwarnings("ignore::sparksim.cost.profile.ProfileWa
 
 
 def _fills_along_the_path(cls: type[Policy]) -> bool:
-    """Whether a policy admits through the survival-sorted path's fill (the DSpark family)."""
+    """Whether a policy admits through the survival-sorted path's fill (the DSpark family).
+
+    Its module importing `top_k_lengths` says so, so a new one is held to the path's
+    properties the day it registers; a class whose rule uses the path's top-k for something
+    else (TensorRT-LLM's floor of one draft) says otherwise itself (`fills_path = False`).
+    """
+    declared = getattr(cls, "fills_path", None)
+    if declared is not None:
+        return bool(declared)
     return getattr(sys.modules[cls.__module__], "top_k_lengths", None) is top_k_lengths
 
 

@@ -36,12 +36,7 @@ import numpy as np
 
 from sparksim.policies.base import Lengths, Policy, StepBatch, check_float, check_int
 from sparksim.policies.engine_common import PlannerTable, StaleConfidences
-from sparksim.policies.path import cap_lengths
-
-# under its own name: the planner is no fill along the batch's survival path (a floor of one
-# draft, a stale tail), so tests/test_policies_properties.py's path-fill properties, which it
-# applies to the modules that import `top_k_lengths`, are not its rule
-from sparksim.policies.path import top_k_lengths as tail_top_k
+from sparksim.policies.path import cap_lengths, top_k_lengths
 from sparksim.policies.threshold import Threshold
 
 
@@ -49,6 +44,7 @@ class TrtllmThreshold(Threshold):
     name = "trtllm-threshold"
     rule = "verify up to the first per-position confidence below t; t=0 (as served) verifies all (TRT-LLM #15808)"
     paper = "TensorRT-LLM PR #15808 (confident_prefix_length)"
+    fills_path = False  # t = 0 verifies every draft, zero survivals too: no fill along the path
 
     def __init__(self, block: int, t: float = 0.0) -> None:
         super().__init__(block, t=t)
@@ -59,6 +55,9 @@ class TrtllmPlanner(Policy):
     rule = "budget = argmax τ/T over verify-length tiers on the previous block's survivals; floor 1 (TRT-LLM #17056)"
     lossless = True
     paper = "TensorRT-LLM PR #17056 (dspark_planner.py @ 52cd02d5)"
+    # a floor of one draft per request, and a tail ranked from the snapshot: its top-k is not
+    # the fill along this step's survival path (tests/test_policies_properties.py)
+    fills_path = False
 
     def __init__(self, block: int, table: Any = "exact", lag: int = 1, tiers: str = "default",
                  min_gain: float = 0.01, device_windows: bool = False) -> None:
@@ -106,8 +105,8 @@ def _top_tail(survival: np.ndarray, k: int) -> Lengths:
     """Per request, how many of the k largest a_{r,j≥2} ≥ 1e-6 it holds (ties: lower j, lower r).
 
     The planner's stable sort of every tail value, position-major, cut at k: the path's
-    top-k (`path.top_k_lengths`, whose ties go the same way) over the tail with the values below
+    top-k (`top_k_lengths`, whose ties go the same way) over the tail with the values below
     1e-6 set to 0, which are never candidates. Rows stay non-increasing, as it needs.
     """
     tail = survival[:, 1:]
-    return tail_top_k(np.where(tail >= 1e-6, tail, 0.0), k)
+    return top_k_lengths(np.where(tail >= 1e-6, tail, 0.0), k)
