@@ -128,15 +128,15 @@ class TwoStep(Policy):
         ids, survival, ranked = stale
         if ids == batch.request_ids.tobytes():
             path = batch_path(batch, self._table, survival=survival, ranked=ranked)  # the snapshot's own rows
-        elif ranked is not None and survival.shape[1] > 1 and not batch.cost.shaped:
-            # the snapshot's sorted values edited for who came and went (γ = 1 sums its mean
-            # pairwise, below; a shaped price reads the matched rows themselves)
-            stale_ids = np.frombuffer(ids, dtype=batch.request_ids.dtype)
+            return round_to_captured(path, path.best_cut(), self._table.captured_sizes(batch.cost))
+        stale_ids = np.frombuffer(ids, dtype=batch.request_ids.dtype)
+        pairwise = survival.shape[1] == 1  # numpy sums one column pairwise, not row by row
+        if ranked is not None and not pairwise and not batch.cost.shaped:
+            # the snapshot's sorted values edited for who came and went (a shaped price reads
+            # the matched rows themselves)
             path = batch_path(batch, self._table, survival=survival,
                               ranked=kernels.stale_path(ranked, batch.request_ids, stale_ids, survival))
         else:
-            stale_ids = np.frombuffer(ids, dtype=batch.request_ids.dtype)
-            pairwise = survival.shape[1] == 1  # numpy sums one column pairwise, not row by row
             rows, present = kernels.stale_rows(batch.request_ids, stale_ids, survival, not pairwise)
             if pairwise and present < rows.shape[0]:  # joined since: the snapshot's mean
                 rows[present:] = survival.sum(axis=0) / survival.shape[0]

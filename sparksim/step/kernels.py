@@ -338,6 +338,8 @@ def _stale_path_loop(
     request). No sort of the R·γ values."""
     num, old = ids.size, stale_ids.size
     gamma = stale_survival.shape[1]
+    if ranked.size != old * gamma:
+        raise ValueError("stale_path: ranked does not hold the snapshot's every survival")
     if num == 0:
         return np.empty(0)
     stays = np.zeros(old, dtype=np.bool_)
@@ -363,8 +365,6 @@ def _stale_path_loop(
         mean /= old
         mean.sort()
     size = num * gamma
-    if ranked.size != old * gamma:
-        raise ValueError("stale_path: ranked does not hold the snapshot's every survival")
     out = np.empty(size)
     o, gi, mi = 0, g - 1, gamma - 1 if joined else -1  # gone and mean read from the top
     for x in ranked:
