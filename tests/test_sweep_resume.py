@@ -134,12 +134,6 @@ def live_session_members(session_id: int) -> list[int]:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc (Linux)")
-@pytest.mark.skip(reason="known bug (2026-12-01 note): in a fresh clone the sweep's parent sometimes "
-                  "does not act on SIGINT (its workers keep running), or saves its first point only "
-                  "once all are done; passes locally, fails in fresh-clone CI. 2026-12-02: a SIGINT the "
-                  "kernel hands to a thread other than the main one was left unanswered until the next "
-                  "point finished (fixed, adf1064; the test below pins it); with that fix this test "
-                  "passed its one fresh-clone CI run. Unskip once it has passed several.")
 def test_ctrl_c_stops_a_sweep_in_one_line_and_keeps_its_finished_points(
     sloped_profile: Path, varied_traces: Path, tmp_path: Path
 ) -> None:
