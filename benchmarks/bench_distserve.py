@@ -12,11 +12,14 @@ Run:  python benchmarks/bench_distserve.py                          (sparksim on
       python benchmarks/bench_distserve.py --distserve /path/to/DistServe --distserve-python PY
 `--distserve` is a checkout of LLMServe/DistServe (its `simdistserve` package is run as it
 is, nothing of it is copied here); PY is an interpreter with simpy, numpy and pandas.
+Each process runs `--repeat` times (default 3), the two alternating; the table gives each
+side's median wall time with its range, and the ratio of the medians.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -76,21 +79,33 @@ def main() -> None:
     ap.add_argument("--modes", default="disaggregated,colocated")
     ap.add_argument("--distserve", type=Path, default=None, help="a DistServe checkout (optional)")
     ap.add_argument("--distserve-python", default=sys.executable)
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="runs of each process, alternating; the table gives medians and the spread")
     args = ap.parse_args()
+    if args.repeat < 1:
+        raise SystemExit(f"--repeat={args.repeat}: must be at least 1")
     backend = {"disaggregated": "distserve", "colocated": "vllm"}
-    print(f"{'mode':<14} {'requests':>8} {'sparksim s':>11} {'distserve s':>12} {'ratio':>7}")
+    print(f"{'mode':<14} {'requests':>8} {'sparksim s':>17} {'distserve s':>19} {'ratio':>7}")
     for n in (int(v) for v in args.requests.split(",")):
         for mode in args.modes.split(","):
-            with tempfile.TemporaryDirectory() as tmp:
-                ours, _ = timed(sparksim_argv(mode, n, Path(tmp)))
-            theirs = ratio = "-"
-            if args.distserve is not None:
+            ours: list[float] = []
+            theirs: list[float] = []
+            for _ in range(args.repeat):  # alternating, so a noisy minute hits both sides
                 with tempfile.TemporaryDirectory() as tmp:
-                    wall, _ = timed([args.distserve_python, "-c", DISTSERVE, backend[mode], str(n),
-                                     str(args.distserve), str(Path(tmp) / "w.json")])
-                theirs, ratio = f"{wall:.2f}", f"x{wall / ours:.1f}"
-            print(f"{mode:<14} {n:>8} {ours:>11.2f} {theirs:>12} {ratio:>7}", flush=True)
+                    ours.append(timed(sparksim_argv(mode, n, Path(tmp)))[0])
+                if args.distserve is not None:
+                    with tempfile.TemporaryDirectory() as tmp:
+                        theirs.append(timed([args.distserve_python, "-c", DISTSERVE, backend[mode], str(n),
+                                             str(args.distserve), str(Path(tmp) / "w.json")])[0])
+            ratio = f"x{statistics.median(theirs) / statistics.median(ours):.1f}" if theirs else "-"
+            print(f"{mode:<14} {n:>8} {spread(ours):>17} {spread(theirs) if theirs else '-':>19} {ratio:>7}",
+                  flush=True)
 
+
+def spread(walls: list[float]) -> str:
+    """The median wall time, with the range when there are several runs: '1.49 (1.45-1.57)'."""
+    med = f"{statistics.median(walls):.2f}"
+    return med if len(walls) == 1 else f"{med} ({min(walls):.2f}-{max(walls):.2f})"
 
 if __name__ == "__main__":
     main()
