@@ -274,7 +274,7 @@ def _priced_scan_loop(
 
 def _snapshot_rows_loop(ids: NDArray[np.int64], stale_ids: NDArray[np.int64]) -> NDArray[np.int64]:
     """Return each current request's row in two-step's snapshot, or -1 if it joined since
-    (compiled by numba, for the two loops below; `_snapshot_rows` is its compiled self).
+    (compiled by numba, for the two loops below it; `_snapshot_rows` is its compiled self).
 
     Running requests' ids lie close together (ids are handed out in arrival order), so a
     table over their span maps each id to its snapshot row in two passes, no sort; a wide
@@ -304,6 +304,19 @@ def _snapshot_rows_loop(ids: NDArray[np.int64], stale_ids: NDArray[np.int64]) ->
 _snapshot_rows: Callable[[NDArray[np.int64], NDArray[np.int64]], NDArray[np.int64]] = _snapshot_rows_loop
 
 
+def _snapshot_mean_loop(stale_survival: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Return the mean of two-step's snapshot rows (a joined request's stale row), summed first
+    row to last (compiled by numba, for the two loops below; `_snapshot_mean` is its compiled self)."""
+    mean = stale_survival[0].copy()
+    for r in range(1, stale_survival.shape[0]):
+        mean += stale_survival[r]
+    mean /= stale_survival.shape[0]
+    return mean
+
+
+_snapshot_mean: Callable[[NDArray[np.float64]], NDArray[np.float64]] = _snapshot_mean_loop
+
+
 def _stale_rows_loop(
     ids: NDArray[np.int64], stale_ids: NDArray[np.int64], stale_survival: NDArray[np.float64], fill: bool
 ) -> tuple[NDArray[np.float64], int]:
@@ -319,10 +332,7 @@ def _stale_rows_loop(
             out[filled] = stale_survival[p]
             filled += 1
     if fill and filled < num:
-        mean = stale_survival[0].copy()
-        for r in range(1, old):
-            mean += stale_survival[r]
-        mean /= old
+        mean = _snapshot_mean(stale_survival)
         for i in range(filled, num):
             out[i] = mean
     return out, filled
@@ -357,13 +367,8 @@ def _stale_path_loop(
                 g += 1
     gone.sort()
     joined = num - present
-    mean = np.zeros(gamma)  # `_stale_rows_loop`'s mean, summed first row to last
-    if joined:
-        mean[:] = stale_survival[0]
-        for r in range(1, old):
-            mean += stale_survival[r]
-        mean /= old
-        mean.sort()
+    mean = _snapshot_mean(stale_survival) if joined else np.zeros(gamma)  # `_stale_rows_loop`'s
+    mean.sort()
     size = num * gamma
     out = np.empty(size)
     o, gi, mi = 0, g - 1, gamma - 1 if joined else -1  # gone and mean read from the top
@@ -467,9 +472,10 @@ def numba_kernels() -> Kernels:
     for each array layout, about 0.5 s, and is cached on disk beside this file)."""
     import numba
 
-    global _snapshot_rows
+    global _snapshot_rows, _snapshot_mean
     jit = numba.njit(cache=True, nogil=True)
-    _snapshot_rows = jit(_snapshot_rows_loop)  # the loops below call it compiled
+    _snapshot_rows = jit(_snapshot_rows_loop)  # the loops below call them compiled
+    _snapshot_mean = jit(_snapshot_mean_loop)
     return Kernels(jit(_theta_scan_loop), jit(_count_at_least_loop), jit(_advance_loop), jit(_priced_scan_loop),
                    jit(_stale_rows_loop), jit(_verified_loop), jit(_stale_path_loop))
 
