@@ -172,7 +172,7 @@ def test_ctrl_c_taken_by_another_thread_still_stops_the_sweep_at_once(
     # Why: the kernel may hand a terminal's SIGINT to any thread of the sweep's parent (the
     # pool's manager, its queue feeder, the progress bar's refresh); Python runs the handler
     # in the main thread only, and a main thread asleep until the next point finishes would
-    # leave Ctrl-C unanswered for minutes, its workers running (the bug the skipped test
+    # leave Ctrl-C unanswered for minutes, its workers running (the bug the subprocess test
     # above saw in CI). The first point is short, the rest long; once it is kept, a helper
     # thread takes SIGINT itself while the main thread waits for the long ones.
     points = grid(parse_vary(["run.duration_s=2,4000,4000"]), ["static:gamma=1"])  # 4,000: ~20 s each
