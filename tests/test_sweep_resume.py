@@ -217,6 +217,23 @@ def test_killing_a_sweep_leaves_no_worker_process_behind(
     assert left == []
 
 
+def test_stopping_the_pool_leaves_no_thread_of_it_for_the_interpreters_exit() -> None:
+    # At exit Python wakes every live pool manager through a pipe, without its lock; a manager
+    # still closing that pipe makes the write fail and print a traceback after the one-line
+    # Ctrl-C message (seen in CI). stop_pool must end the manager before it returns.
+    from concurrent.futures.process import _ExecutorManagerThread
+
+    from sparksim.studies.sweep_pool import start_pool, stop_pool
+
+    pool = start_pool(2)
+    futures = [pool.submit(time.sleep, 60) for _ in range(4)]  # two run, two are queued
+    while not futures[0].running():
+        time.sleep(0.01)
+    stop_pool(pool)
+    assert [t for t in threading.enumerate() if isinstance(t, _ExecutorManagerThread)] == []
+    assert all(f.done() for f in futures)  # cancelled or failed, none left waiting
+
+
 def test_a_rewritten_input_file_changes_the_point_key(sloped_profile: Path, varied_traces: Path, tmp_path: Path) -> None:
     # Re-profiling a GPU in place keeps the scenario identical; the old points must not come back.
     import shutil

@@ -70,13 +70,13 @@ def stop_pool(pool: ProcessPoolExecutor) -> None:
     # anyway, so its worker is terminated. There is no public handle on the workers before
     # Python 3.14, and shutdown() drops this one, so they are taken first.
     procs = list((pool._processes or {}).values())
-    pool.shutdown(wait=False, cancel_futures=True)
     for proc in procs:
         proc.terminate()
     for proc in procs:
         proc.join(timeout=5)
-    # Its manager thread sees the workers gone and ends: joined here rather than left to the
-    # interpreter's exit (one CI run, with workers still compiling their kernels, printed an
-    # ignored-exception traceback from threading._shutdown; not reproduced since, with or
-    # without this line)
-    pool.shutdown(wait=True)
+    # The pool's manager thread sees its workers gone, fails the futures left and closes its
+    # wakeup pipe; shutdown(wait=True) then joins it. It must be joined here: at exit Python
+    # writes to every live manager's pipe without the pool's lock, and a manager closing that
+    # pipe at the same moment makes the write fail with a traceback after Ctrl-C's one line
+    # (seen in CI). A first shutdown(wait=False) would forget the thread, so there is one call.
+    pool.shutdown(wait=True, cancel_futures=True)
