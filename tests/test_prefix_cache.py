@@ -248,6 +248,18 @@ def test_off_by_default_and_an_explicitly_disabled_cache_changes_nothing(
     assert on["prefix_cache"]["hit_rate"] > 0
 
 
+def test_a_closed_loop_with_the_cache_on_and_no_prefix_declared_runs_and_caches_nothing(
+        flat_profile: Path, traces_07: Path) -> None:
+    # The runner only warns that nothing is cached (no prefix: workload.prefix.tokens = 0, the
+    # default); the closed loop's users have no prefix streams then, and must not need one.
+    sets = ["run.duration_s=4", "cluster.prefill.mode=colocated", "workload.concurrency=8"]
+    off = _run(flat_profile, traces_07, sets, "two-step")
+    with pytest.warns(UserWarning, match="nothing is"):
+        on = _run(flat_profile, traces_07, [*sets, "cluster.prefix_cache.enabled=true"], "two-step")
+    assert on.summary["prefix_cache"]["hit_rate"] == 0
+    assert on.requests.equals(off.requests)
+
+
 @pytest.mark.parametrize(("given", "reason"), [
     ({"workload": {"prefix": {"tokens": 512}}},
      "workload.prefix: cluster.prefix_cache.enabled=false does not read it "

@@ -146,7 +146,8 @@ class Cluster:
         spec = RequestSpec(self.next_id, at, max(int(prompt), 1), max(int(output), 1), dom,
                            trace_req, user)
         if self.caching:
-            if prefix is None and wl.kind != "replay":
+            # no prefix declared: nothing to draw (and no per-user prefix streams to draw from)
+            if prefix is None and wl.kind != "replay" and wl.prefix.tokens:
                 prefix = prefix_of(self.rng_prefix_users[user] if user >= 0 else self.rng_prefix,
                                    wl.prefix, spec.prompt_tokens)
             if prefix is not None:
