@@ -89,6 +89,36 @@ def test_itl_includes_the_gap_before_a_request_first_decodes(flat_profile: Path,
     assert res.summary["mean_itl_ms"] / 1e3 == pytest.approx(per_gap_s, rel=0.02)
 
 
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("case", ["preemption", "preemption-and-context-cap", "engine-loop-time"])
+def test_the_itl_gaps_add_up_to_every_requests_decoding_time(
+        case: str, flat_profile: Path, traces_07: Path) -> None:
+    # Each decode step a request runs ends one gap, so when every request finishes inside the
+    # window its gaps sum to finish − first token, whatever happened in between: a preemption
+    # (the gap runs from the last emission, not from the preemption), steps it sat out under
+    # the context cap, or the engine loop's host time before each step (cost_model.loop_ms).
+    sets = ["run.warmup_s=0", "run.cooldown_s=0", "workload.kind=poisson", "run.duration_s=10000"]
+    if case == "engine-loop-time":  # the shipped CPU profile has a loop table
+        sets += [f"profile={REPO / 'profiles/cpu-tinylm-d128-live-measured'}",
+                 f"traces={REPO / 'traces/tinylm-d128-l6-dspark-recorded'}", "workload.rate=5",
+                 "run.max_requests=20", "cluster.prefill.mode=colocated"]
+    else:
+        sets += [f"profile={flat_profile}", f"traces={traces_07}", "workload.rate=50",
+                 "run.max_requests=60", "cluster.kv_capacity_tokens=6000"]
+        if case == "preemption-and-context-cap":
+            sets.append("cluster.max_context_tokens=3000")
+    res = simulate(*load_scenario(None, sets, "static:gamma=3"))
+    req = res.requests
+    assert len(req) == int(load_scenario(None, sets)[0].run.max_requests or 0)  # all finished
+    if case != "engine-loop-time":
+        assert req["preemptions"].sum() > 0
+    decoding_s = float((req["finish_at"] - req["first_token_at"]).sum())
+    gaps = int(req["decode_steps"].sum())
+    assert res.summary["mean_itl_ms"] / 1e3 * gaps == pytest.approx(decoding_s, rel=1e-9)
+
+
 def test_closed_loop_users_send_the_same_requests_under_every_policy(
     sloped_profile: Path, varied_traces: Path
 ) -> None:

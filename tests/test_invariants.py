@@ -12,8 +12,15 @@ import pandas as pd
 import pytest
 
 from sparksim.policies import REGISTRY
+from sparksim.sim.cluster import Cluster
 from sparksim.sim.invariants import check_run
-from sparksim.sim.runner import check_determinism, load_scenario, simulate, write_results
+from sparksim.sim.runner import (
+    check_determinism,
+    load_inputs,
+    load_scenario,
+    simulate,
+    write_results,
+)
 from sparksim.step import kernels
 
 WORKLOADS = {
@@ -288,6 +295,22 @@ def test_kv_pressure_preempts_and_recomputes_without_losing_tokens(
                      ["policy.gamma=3", *WORKLOADS["closed-kv-pressure"]], 6.0)
     assert res.requests["preemptions"].sum() > 0
     assert res.violations == []
+
+
+def test_steady_waiting_leaves_out_preempted_requests_that_have_decoded(
+    flat_profile: Path, traces_07: Path
+) -> None:
+    # steady_waiting is the queue that has not started decoding (a growing one marks overload);
+    # a preempted request waiting to be recomputed has decoded, and is not part of it.
+    sets = [f"profile={flat_profile}", f"traces={traces_07}", "policy.gamma=3", "workload.kind=poisson",
+            "workload.rate=40", "run.duration_s=3", "run.warmup_s=0", "run.cooldown_s=0",
+            "cluster.kv_capacity_tokens=5000"]
+    sc, base = load_scenario(None, sets, "static")
+    cluster = Cluster(sc, *load_inputs(sc, base), base_dir=base)
+    cluster.run()
+    queued = [r for e in cluster.engines for r in (*e.queue, *e.prefilling)]
+    assert any(r.decode_steps > 0 for r in queued)  # preempted ones wait at the horizon
+    assert cluster.waiting_in_window() == sum(r.decode_steps == 0 for r in queued) > 0
 
 
 def test_sync_pipeline_adds_the_decision_time_to_every_step(

@@ -28,6 +28,9 @@ from sparksim.policies import make_policy
         ("dynamic-sd", {"max_k": 9}, "max_k=9"),
         ("dynamic-sd", {"warmup": -1}, "warmup=-1"),
         ("dynamic-sd", {"acceptance": 1.2}, "acceptance=1.2"),
+        ("atom-schedule", {"ragged": "flase"}, "ragged='flase'"),  # a typo never switches it on
+        ("atom-schedule", {"early_stop": 0}, "early_stop=0"),
+        ("trtllm-planner", {"device_windows": "ture"}, "device_windows='ture'"),
     ],
 )
 def test_out_of_range_parameters_name_the_parameter_and_value(name: str, params: dict, named: str) -> None:
@@ -40,6 +43,8 @@ def test_parameters_given_as_text_are_parsed() -> None:
     policy = make_policy("two-step", 7, {"delay": "1", "ema": "0.8"})
     assert policy.params["delay"] == 1 and policy.params["ema"] == 0.8
     assert make_policy("threshold", 7, {"t": "0.3"}).params == {"t": 0.3}
+    atom = make_policy("atom-schedule", 7, {"ragged": "false", "early_stop": "False", "head": True})
+    assert (atom.params["ragged"], atom.params["early_stop"], atom.params["head"]) == (False, False, True)
 
 
 def test_a_parameter_a_policy_does_not_have_is_an_error() -> None:

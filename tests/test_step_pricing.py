@@ -6,6 +6,7 @@ closed-form check against the profile it reads, on recorded steps of real runs.
 
 from __future__ import annotations
 
+import math
 import warnings
 from pathlib import Path
 
@@ -195,6 +196,20 @@ def test_a_finite_open_loop_run_ends_when_its_last_request_finishes() -> None:
     tokens = int(res.requests["emitted_tokens"].sum())
     assert res.summary["output_throughput"] == pytest.approx(tokens / last, rel=1e-9)
     assert float(res.requests["arrival_at"].min()) == 0.0  # the first request arrives at t = 0
+
+
+def test_a_run_that_ends_before_its_warm_up_does_has_an_empty_window_and_says_so() -> None:
+    # The default warm-up is 10 % of the horizon; a short finite run can end inside it. Its
+    # window must be empty, its rates NaN and a warning say how to measure the busy period,
+    # never a negative window and throughputs of -0.0.
+    with pytest.warns(UserWarning, match="before its warm-up did.*run.warmup_s=0"):
+        res = _run("static", "policy.gamma=0", "workload.kind=poisson", "workload.rate=20",
+                   "run.max_requests=5", duration=600.0)
+    s = res.summary
+    assert s["ended"]["at_s"] < 60.0 and s["window"]["length_s"] == 0.0
+    for rate in ("output_throughput", "request_throughput", "tput_per_gpu"):
+        assert math.isnan(s[rate]), rate
+    assert s["steady_requests"] == 0 and math.isnan(s["mean_ttft_ms"])
 
 
 def test_a_legacy_grid_profile_runs_converted_and_says_how(traces_07: Path, tmp_path: Path) -> None:

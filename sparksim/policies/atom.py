@@ -37,7 +37,7 @@ from numpy.typing import NDArray
 
 from sparksim.cost.engine_tables import AtomSpsTable
 from sparksim.policies import path
-from sparksim.policies.base import Lengths, Policy, StepBatch
+from sparksim.policies.base import Lengths, Policy, StepBatch, check_bool
 from sparksim.policies.engine_common import PlannerTable
 
 
@@ -50,7 +50,8 @@ class AtomSchedule(Policy):
     def __init__(self, block: int, table: Any = "stub", ragged: bool = True, early_stop: bool = True,
                  head: bool = False) -> None:
         super().__init__(block)
-        self.ragged, self.early_stop, self.head = bool(ragged), bool(early_stop), bool(head)
+        self.ragged = check_bool("ragged", ragged)
+        self.early_stop, self.head = check_bool("early_stop", early_stop), check_bool("head", head)
         self.lossless = self.early_stop or self.head  # type: ignore[misc]
         self._spec = str(table)
         self._table = None if self._spec == "stub" else PlannerTable("atom", table, block, flat_ok=False)

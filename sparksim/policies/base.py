@@ -262,6 +262,16 @@ def check_float(name: str, value: Any, lo: float, hi: float) -> float:
     return float(_checked(name, value, Annotated[float, Field(ge=lo, le=hi, allow_inf_nan=False)]))
 
 
+def check_bool(name: str, value: Any) -> bool:
+    """Validate an on/off parameter: a bool, or the text true or false (any case), as a quoted
+    YAML value or a Python caller may give it; anything else (a typo) raises ConfigError."""
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise ConfigError(f"policy parameter {name}={value!r}: true or false is needed")
+
+
 @functools.cache
 def _adapter(kind: Any) -> TypeAdapter[Any]:
     return TypeAdapter(kind)

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from sparksim.policies.base import Lengths, Policy, StepBatch, check_float, check_int
+from sparksim.policies.base import Lengths, Policy, StepBatch, check_bool, check_float, check_int
 from sparksim.policies.engine_common import PlannerTable, StaleConfidences
 from sparksim.policies.path import cap_lengths, top_k_lengths
 from sparksim.policies.threshold import Threshold
@@ -64,7 +64,7 @@ class TrtllmPlanner(Policy):
         super().__init__(block)
         self.lag = check_int("lag", lag, 0, 8)
         self.min_gain = check_float("min_gain", min_gain, 0.0, 1.0)
-        self.device_windows = bool(device_windows)
+        self.device_windows = check_bool("device_windows", device_windows)
         self.lossless = self.lag > 0  # type: ignore[misc]
         raw = [1, math.ceil(block / 2), block] if tiers == "default" else str(tiers).split("/")
         self.tiers = sorted({check_int("tiers", t, 1, max(block, 1)) for t in raw})

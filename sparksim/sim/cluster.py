@@ -373,7 +373,9 @@ class Cluster:
                 self.env.run(until=self.env.any_of([self._drained, self.env.timeout(until - self.env.now)]))
             if self._drained.triggered:
                 self.ended_at = self.env.now
-                self.stats.window_end = min(self.stats.window_end, self.env.now)
+                # the window ends with the busy period; one that ends before the warm-up does
+                # leaves the window empty (the runner warns), never of negative length
+                self.stats.window_end = max(min(self.stats.window_end, self.env.now), self.stats.window_start)
                 break
             if progress is not None:
                 progress(self.env.now)
@@ -393,7 +395,8 @@ class Cluster:
         waiting = [*self._prefill_queue]
         for e in self.engines:
             waiting += [*e.queue, *e.prefilling]
-        return sum(self.stats.in_window(r.spec.arrival_at) for r in waiting)
+        # a preempted request back in the queue (or recomputing) has decoded: it is not counted
+        return sum(self.stats.in_window(r.spec.arrival_at) and r.decode_steps == 0 for r in waiting)
 
     def census(self) -> dict[str, int]:
         """Where every arrival is at the horizon (INV-7)."""

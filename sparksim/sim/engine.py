@@ -80,6 +80,7 @@ class _Step:
     irregular: bool  # some request's gap is not one step long (ITL)
     kv_tokens: int  # KV tokens the m decode requests hold
     decision_s: float  # known decision time (sync pipeline), 0 under zos
+    loop_s: float  # the engine loop's host time waited before it (cost_model.loop_ms)
     cost: StepCost
 
 
@@ -237,7 +238,7 @@ class Engine(Scheduler):
             positions=self.draft_positions if drafting else 0, drafter=self.drafter,
             overhead_s=loop_s + decision_s,
         )
-        return _Step(self.env.now, n, m, plan, irregular, kv_tokens, decision_s, cost)
+        return _Step(self.env.now, n, m, plan, irregular, kv_tokens, decision_s, loop_s, cost)
 
     def _decide(self, step: _Step) -> tuple[NDArray[np.int64], int, StepBatch | None, float]:
         """Ask the policy for ℓ (plain decoding and prompt-only steps verify nothing) and check it;
@@ -307,7 +308,8 @@ class Engine(Scheduler):
             if batch is not None and self.observes:
                 self.policy.observe(batch, lengths, drafted_ok)
             if in_window:
-                self._record_itl(m, n, now, step_s, step.irregular)
+                # a request that ran the step before waited the loop's time, then this step
+                self._record_itl(m, n, now, step.loop_s + step_s, step.irregular)
                 stats.window_tokens += emitted_total
                 stats.window_request_steps += m
                 stats.window_verified += verified
@@ -379,12 +381,12 @@ class Engine(Scheduler):
         out = st[ROW, :m] >= st[ROW_END, :m]
         return m, bool(done.any()), bool((out & ~done).any())
 
-    def _record_itl(self, m: int, n: int, now: float, step_s: float, irregular: bool) -> None:
+    def _record_itl(self, m: int, n: int, now: float, gap_s: float, irregular: bool) -> None:
         """Record the inter-token gaps of the m requests this step advanced.
 
-        Regularly, a request that also ran the step before waited exactly this step and one
-        that joined since waited from its last emission (prefill, transfer, queueing,
-        recompute). After a step some running request sat out (a prefill-first iteration,
+        Regularly, a request that also ran the step before waited exactly `gap_s` (the engine
+        loop's time before this step, then the step) and one that joined since waited from its
+        last emission (prefill, transfer, queueing, recompute). After a step some running request sat out (a prefill-first iteration,
         the context cap), every gap is read from its slot's last emission.
         """
         stats = self.stats
@@ -399,7 +401,7 @@ class Engine(Scheduler):
             for last_at in self.last_emit[joined].tolist():  # a few: the ones that just joined
                 stats.add_itl(now - last_at, 1)
             num_joined = joined.size
-        stats.add_itl(step_s, n - num_joined)
+        stats.add_itl(gap_s, n - num_joined)
 
     def _prefill_done(self, req: Request, now: float, in_window: bool) -> None:
         """A (re)computed prompt is complete: a fresh one emits its first token, then decodes."""

@@ -91,6 +91,10 @@ def summarize(
     arrival, first, finish, out = col["arrival_at"], col["first_token_at"], col["finish_at"], col["output_tokens"]
     w0, w1 = stats.window_start, stats.window_end
     window_s = w1 - w0
+
+    def per_s(count: float) -> float:  # a rate over the window (NaN over an empty one)
+        return count / window_s if window_s > 0 else math.nan
+
     steady = (arrival >= w0) & (arrival <= w1)
     num_steady = int(steady.sum())
     ttft = (first[steady] - arrival[steady]) * 1e3
@@ -102,7 +106,7 @@ def summarize(
     pf = scenario.cluster.prefill
     gpus_total = gpus + (pf.instances * per_replica
                          if pf.mode == "disaggregated" else 0)
-    out_tput = stats.window_tokens / window_s
+    out_tput = per_s(stats.window_tokens)
     completed = int(((finish >= w0) & (finish <= w1)).sum())
     summary: dict[str, Any] = {
         "scenario": scenario.name,
@@ -121,7 +125,7 @@ def summarize(
         # of those, the ones that had not started decoding (still queued): a growing queue
         "steady_waiting": census.get("waiting_in_window",
                                      max(census.get("arrived_in_window", num_steady) - num_steady, 0)),
-        "request_throughput": completed / window_s,
+        "request_throughput": per_s(completed),
         "output_throughput": out_tput,
         "tput_per_gpu": out_tput / gpus,
         "num_gpus_with_prefill": gpus_total,
@@ -150,7 +154,7 @@ def summarize(
         if slo.tpot_ms is not None:
             tp = (finish[steady] - first[steady]) / np.maximum(out[steady] - 1, 1) * 1e3
             good &= tp <= slo.tpot_ms
-        summary["request_goodput"] = float(good.sum()) / window_s
+        summary["request_goodput"] = per_s(float(good.sum()))
         summary["slo_attainment"] = float(good.mean()) if len(good) else math.nan
         summary["slo"] = slo.model_dump()
     by_dom = {}

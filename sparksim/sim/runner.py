@@ -271,6 +271,12 @@ def simulate(
     t0 = time.perf_counter()
     cluster.run(progress)
     wall_s = time.perf_counter() - t0
+    if cluster.ended_at is not None and cluster.ended_at < cluster.stats.window_start:
+        warnings.warn(
+            f"the run ended at {cluster.ended_at:.4g} s, when its last request finished, before its "
+            f"warm-up did (run.warmup_s: {cluster.stats.window_start:.4g} s; 10 % of run.duration_s unless "
+            "set): the steady window is empty, so its throughputs and latencies are NaN; set "
+            "run.warmup_s=0 and run.cooldown_s=0 to measure over the whole busy period", stacklevel=2)
     requests_table = _table(cluster.request_records)
     steps_table = None if cluster.step_records is None else _table(cluster.step_records)
     # what the summary reads: a streamed table is read back only in the columns it needs

@@ -219,11 +219,14 @@ class Scheduler(BatchSlots):
         while self.n > 0 and self.kv_used + self.n * self.reserve > self.kv_capacity:
             i = int(np.argmax(self.state[ADMIT_SEQ, : self.n]))
             req = self._park(i)
+            # its next gap (ITL) runs from its last emission: the end of its last step, which may
+            # be before now (the engine loop's time since, steps it sat out under the context
+            # cap), or its prefill's or an earlier step's when it is preempted before stepping
+            req.last_emit_at = float(self.last_emit[i])
             keep = np.ones(self.n, dtype=bool)
             keep[i] = False
             self._compact(keep)
             self._free(req)
-            req.last_emit_at = self.env.now  # its last step ended now
             req.preemptions += 1
             req.prefill_left = req.spec.prompt_tokens + req.emitted
             self.queue.appendleft(req)
