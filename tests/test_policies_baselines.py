@@ -78,7 +78,8 @@ def smartspec_expected_k(alpha: float, b: StepBatch, k_max: int, bonus: float = 
     """SmartSpec's selection written out: enumerate k, stop at the first goodput that does not rise."""
     best_k, best = 0, -np.inf
     for k in range(k_max + 1):
-        good = b.num_requests * (1 - alpha ** (k + 1)) / (1 - alpha) / step_s(b, b.fixed_tokens + b.num_requests * k)
+        seconds = step_s(b, b.fixed_tokens + b.num_requests * k) - (b.cost.draft_s if k == 0 else 0.0)
+        good = b.num_requests * (1 - alpha ** (k + 1)) / (1 - alpha) / seconds
         good *= bonus if k == 0 else 1.0
         if good <= best:
             break
@@ -93,6 +94,21 @@ def test_smartspec_picks_one_k_by_goodput_with_the_no_speculation_bonus(alpha: f
     lengths = SmartSpec(7, alpha=alpha).decide(b)
     assert len(set(lengths.tolist())) == 1
     assert lengths[0] == smartspec_expected_k(alpha, b, 7)
+
+
+def test_smartspec_prices_k_0_as_plain_decoding_and_then_runs_no_drafter() -> None:
+    # dsd.py: "for k=0 it is target only". Dense 10 ms + 3 ms a token, drafter 4 ms, α = 0.5,
+    # one request: plain 1 token / 10 ms = 100 tok/s (×1.1 = 110) beats k = 1's 1.5 / 17 ms =
+    # 88 tok/s, so k = 0 is kept, and while it is the steps do not draft, but every
+    # interval-th, which re-decides k.
+    prof = profile([1, 64], [10.0, 10.0 + 63 * 3.0], mode="linear")
+    b = StepBatch.from_conf(np.full((1, 5), 0.5), prof, draft_s=0.004)
+    policy = SmartSpec(5, alpha=0.5, interval=4)
+    good = policy.goodput(b, 5)
+    assert good[0] == pytest.approx(110.0) and good[1] == pytest.approx(1.5 / 0.017)
+    assert policy.drafts_at(1) and policy.decide(b).tolist() == [0]  # step 0 decides k = 0
+    assert [policy.drafts_at(1) for _ in range(3)] == [False] * 3  # steps 1-3: plain
+    assert policy.drafts_at(1)  # step 4 re-decides
 
 
 def test_smartspec_learns_alpha_by_ema_and_recomputes_every_interval() -> None:

@@ -9,6 +9,11 @@ token limit) and stopping at the first k whose goodput does not exceed the best 
 k = 0's goodput is multiplied by `no_spec_bonus` (1.1: speculate only when it beats plain
 decoding by 10 %). Between recomputations k is kept (capped by the token limit if R grew).
 
+k = 0 is plain decoding, as in dsd.py ("for k=0 it is target only"): its goodput is priced
+without the drafter, and while k = 0 is kept the steps run no drafter (`drafts_at`). The
+steps that recompute k still draft: sparksim prices a step before the policy sees it, so
+one step in `interval` pays the drafter to be decided (dsd.py decides from its profile).
+
 Lossless: k depends on past acceptances and the batch size only, never on this step's
 drafts. Reads no confidences at all.
 """
@@ -58,6 +63,14 @@ class SmartSpec(Policy):
             "no_spec_bonus": self.no_spec_bonus, "max_k": self.max_k,
         }
 
+    def drafts_at(self, requests: int) -> bool:
+        """Draft while k > 0, and on the steps that recompute k; a step of k = 0 between them is plain."""
+        del requests
+        if self._k > 0 or self._steps % self.interval == 0:
+            return True  # `decide` runs (and counts the step)
+        self._steps += 1
+        return False
+
     def decide(self, batch: StepBatch) -> Lengths:
         r = batch.num_requests
         k_fit = (batch.max_tokens - batch.fixed_tokens) // r if r else 0
@@ -68,12 +81,13 @@ class SmartSpec(Policy):
         return np.full(r, min(self._k, k_max), dtype=np.int64)
 
     def goodput(self, batch: StepBatch, k_max: int) -> NDArray[np.float64]:
-        """Return goodput(k) for k = 0..k_max, tokens per second, k = 0 boosted."""
+        """Return goodput(k) for k = 0..k_max, tokens per second, k = 0 (no drafter) boosted."""
         k = np.arange(k_max + 1)
         a = self.alpha
         per_request = (k + 1.0) if a >= 1.0 else (1.0 - a ** (k + 1.0)) / (1.0 - a)
         stride = max(batch.num_requests, 1)  # B = R·(k + 1) + the other fixed tokens
         step_s = self._table.step_s(batch.cost, batch.fixed_tokens, stride * k_max + 1)[::stride]
+        step_s[0] -= batch.cost.draft_s  # plain decoding runs no drafter
         good = batch.num_requests * per_request / step_s
         good[0] *= self.no_spec_bonus
         return good
