@@ -7,6 +7,7 @@ error (`extra="forbid"`), except under `policy`, whose parameters the policy che
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -100,8 +101,8 @@ class ClusterConfig(ConfigModel):
 class LengthDist(ConfigModel):
     """A lognormal length distribution, clipped to [min, max] tokens."""
 
-    mu: float = 6.0
-    sigma: float = Field(0.8, ge=0)
+    mu: float = Field(6.0, allow_inf_nan=False)
+    sigma: float = Field(0.8, ge=0, allow_inf_nan=False)
     min: int = Field(1, gt=0)
     max: int = Field(8192, gt=0)
 
@@ -160,8 +161,8 @@ class WorkloadConfig(ConfigModel):
         if not self.mix:
             raise ValueError("workload.mix is empty")
         for dom, w in self.mix.items():
-            if w < 0:
-                raise ValueError(f"workload.mix.{dom}={w} must be >= 0")
+            if not (math.isfinite(w) and w >= 0):  # NaN fails every comparison; inf takes every request
+                raise ValueError(f"workload.mix.{dom}={w} must be a finite number >= 0")
         if sum(self.mix.values()) <= 0:
             raise ValueError(f"workload.mix={self.mix} has no positive weight")
         return self

@@ -145,8 +145,27 @@ def test_an_arrivals_csv_problem_names_the_row_as_a_person_counts_it(tmp_path: P
     csv.write_text("arrival_s,prompt_tokens,output_tokens\n0.1,100,50\n0.2,0,50\n0.1,10,5\n")
     with pytest.raises(FormatError) as err:
         load_arrivals(csv, ["math"])
-    assert "column 'prompt_tokens' row 2 is 0 (must be >= 1)" in str(err.value)
+    assert "column 'prompt_tokens' row 2 is 0 (must be a whole number >= 1)" in str(err.value)
     assert "np.float64" not in str(err.value)
+
+
+def test_an_arrivals_csv_with_a_fractional_token_count_is_refused(tmp_path: Path) -> None:
+    # A replay would cut 2.5 tokens to 2 without a word; the prefix columns are refused alike.
+    from sparksim.errors import FormatError
+    from sparksim.sim.workload import load_arrivals
+
+    csv = tmp_path / "a.csv"
+    csv.write_text("arrival_s,prompt_tokens,output_tokens\n0.1,100,50\n0.2,100,2.5\n")
+    with pytest.raises(FormatError, match=r"column 'output_tokens' row 2 is 2.5 \(must be a whole number"):
+        load_arrivals(csv, ["math"])
+
+
+@pytest.mark.parametrize("given", ["workload.mix.math=nan", "workload.mix.math=inf",
+                                   "workload.lengths.prompt.mu=nan", "workload.lengths.output.sigma=inf"])
+def test_a_length_or_mix_figure_that_is_no_finite_number_is_refused(given: str) -> None:
+    # NaN passes `w < 0` and would drop its domain; inf would send every request to it.
+    with pytest.raises(ConfigError, match=given.split("=")[0].rsplit(".", 1)[-1]):
+        load_scenario(None, [given])
 
 
 @pytest.mark.parametrize("kind", ["poisson", "gamma"])

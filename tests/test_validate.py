@@ -182,6 +182,8 @@ PROFILE_BREAKS: dict[str, tuple[Callable[[Path], None], list[str]]] = {
         lambda p: (p / "card.yaml").write_text("source: [unclosed\n"), ["card.yaml: not valid YAML"]),
     "card missing": (
         lambda p: (p / "card.yaml").unlink(), ["card.yaml: file is missing"]),
+    "card empty": (
+        lambda p: (p / "card.yaml").write_text(""), ["card.yaml: is empty"]),
 }
 
 
@@ -258,6 +260,8 @@ TRACE_BREAKS: dict[str, tuple[Callable[[Path], None], list[str]]] = {
         ["card.yaml: missing field 'temperature'"]),
     "card missing": (
         lambda p: (p / "card.yaml").unlink(), ["card.yaml: file is missing"]),
+    "card of comments only": (  # no field given: not a card that passes every check
+        lambda p: (p / "card.yaml").write_text("# to do\n"), ["card.yaml: is empty"]),
     "gamma differs between card and data": (
         lambda p: _edit_card(p / "card.yaml", lambda c: c.update(gamma=5)),
         ["card.yaml: gamma=5", "γ=7"]),

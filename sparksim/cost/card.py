@@ -166,12 +166,15 @@ def check_card(card: Any, problems: list[str]) -> dict[str, Any]:
 
 
 def read_card(path: Path, problems: list[str]) -> Any:
-    """Read a card.yaml with the safe loader; append a problem if it is missing or not YAML."""
+    """Read a card.yaml with the safe loader; append a problem if it is missing, empty or not YAML."""
     if not path.is_file():
         problems.append("card.yaml: file is missing")
         return None
     try:
-        return safe_load(path.read_text())
+        card = safe_load(path.read_text())
     except yaml.YAMLError as exc:
         problems.append(f"card.yaml: not valid YAML ({exc})")
         return None
+    if card is None:  # empty, or comments only: no field is given, so every required one is missing
+        problems.append("card.yaml: is empty (it must be a mapping of the card's fields)")
+    return card

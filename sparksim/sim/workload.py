@@ -169,10 +169,12 @@ def _load_arrivals(path_str: str, mtime_ns: int, size: int, domains_key: tuple[s
         raise FormatError(path, ["no rows"])
     for col, low in (("arrival_s", 0.0), ("prompt_tokens", 1), ("output_tokens", 1)):
         vals = to_numeric(cols[col])
-        bad = ~np.isfinite(vals) | (vals < low)
+        counts = col != "arrival_s"  # token counts are whole numbers (a replay would cut 2.5 to 2)
+        bad = ~np.isfinite(vals) | (vals < low) | (counts & (vals != np.round(vals)))
         if bad.any():
             row = int(np.argmax(bad))  # rows count from 1, as a person reads the CSV
-            problems.append(f"column {col!r} row {row + 1} is {cols[col][row]} (must be >= {low:g})")
+            need = f"a whole number >= {low:g}" if counts else f">= {low:g}"
+            problems.append(f"column {col!r} row {row + 1} is {cols[col][row]} (must be {need})")
         cols[col] = vals
     if not problems and (np.diff(cols["arrival_s"]) < 0).any():
         row = int(np.argmax(np.diff(cols["arrival_s"]) < 0)) + 2
