@@ -64,6 +64,37 @@ def test_a_point_whose_scenario_changed_is_simulated_again(
     assert longer.reused == 0
 
 
+def test_every_sparksim_source_file_is_in_the_code_fingerprint() -> None:
+    # A changed cost model or engine must not let old points be read back (it had hashed the
+    # studies package alone).
+    from sparksim.studies.sweep_store import source_files
+
+    root = Path(sparksim.studies.sweep.__file__).resolve().parents[1]
+    names = {f.relative_to(root).as_posix() for f in source_files()}
+    assert {"cost/profile.py", "sim/engine.py", "policies/two_step.py", "studies/sweep.py"} <= names
+    assert names == {f.relative_to(root).as_posix() for f in root.rglob("*.py")}
+
+
+def test_a_point_whose_plug_in_policy_file_changed_is_simulated_again(
+    sloped_profile: Path, varied_traces: Path, tmp_path: Path
+) -> None:
+    # `--policy my_policy.py:Class`: the file is the policy; an edit to it changes the points.
+    source = Path(sparksim.studies.sweep.__file__).resolve().parents[2] / "examples" / "fixed_budget.py"
+    mine = tmp_path / "my_policy.py"
+    mine.write_text(source.read_text())
+    points = grid(parse_vary(["workload.concurrency=2"]), [f"{mine}:FixedBudget"])
+    run_sweep(None, tiny_base(sloped_profile, varied_traces), points, workers=1,
+              store=PointStore(tmp_path / "points"))
+    same = PointStore(tmp_path / "points")
+    run_sweep(None, tiny_base(sloped_profile, varied_traces), points, workers=1, store=same)
+    assert same.reused == 1
+    mine.write_text(source.read_text().replace("per_request: int = 2", "per_request: int = 1"))
+    os.utime(mine, ns=(time.time_ns(), time.time_ns() + 10**9))  # a later mtime, whatever the clock's grain
+    edited = PointStore(tmp_path / "points")
+    run_sweep(None, tiny_base(sloped_profile, varied_traces), points, workers=1, store=edited)
+    assert edited.reused == 0
+
+
 def test_a_damaged_point_file_is_simulated_again(
     sloped_profile: Path, varied_traces: Path, tmp_path: Path
 ) -> None:

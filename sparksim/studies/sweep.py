@@ -14,6 +14,7 @@ per user, and matched-throughput speedups between policies.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import itertools
 import json
 import os
@@ -135,11 +136,25 @@ def point_key(scenario: Scenario, base: Path | None, point: SweepPoint) -> str:
 
     refs = [scenario.profile, scenario.traces, scenario.cluster.prefill.profile,
             scenario.workload.arrivals_csv]
-    inputs = fingerprint_files([resolve_path(r, base) for r in refs if r])
+    inputs = fingerprint_files([resolve_path(r, base) for r in refs if r] + policy_source(scenario.policy.name))
     ident = {"format": POINT_FORMAT, "scenario": scenario.to_yaml(), "policy": point.policy,
              "overrides": list(point.overrides), "base": str(base), "cwd": os.getcwd(),
              "inputs": inputs, "code": code_fingerprint()}
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def policy_source(name: str) -> list[Path]:
+    """The file of a plug-in policy (`path/file.py:Class`, `package.module:Class`) outside
+    sparksim, whose edits must not let a point be read back; none for a built-in policy
+    (sparksim's own code is fingerprinted whole)."""
+    if ":" not in name:
+        return []
+    from sparksim.policies import resolve
+
+    source = inspect.getsourcefile(resolve(name))
+    if source is None or Path(source).resolve().is_relative_to(Path(__file__).resolve().parents[1]):
+        return []
+    return [Path(source)]
 
 
 def simulate_keeping_warnings(scenario: Scenario, base: Path | None) -> tuple[dict[str, Any], list[str]]:
