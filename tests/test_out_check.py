@@ -34,6 +34,25 @@ def bad_outs(tmp_path: Path) -> list[tuple[Path, str]]:
     return [(a_file / "res", "is a file"), (a_file, "is a file"), (Path("/proc/x/res"), "cannot write")]
 
 
+@pytest.mark.parametrize("command", [
+    ["traces", "synth", "--requests-per-domain", "2"],
+    ["profile", "analytic"],
+    ["profile", "fitted"],
+    ["profile", "calibrate", "--runs", "no-such-run.csv", "--profile", "profiles/h100-qwen3-8b-analytic"],
+])
+def test_every_command_that_writes_a_folder_refuses_a_file_in_its_place(
+    command: list[str], tmp_path: Path
+) -> None:
+    # `--out afile` had replaced the file with the folder (data lost), or failed with a
+    # traceback after the work for a path below a file or in /proc.
+    for out, reason in bad_outs(tmp_path):
+        result = runner.invoke(app, [*command, "--out", str(out)])
+        assert result.exit_code == 1, result.output
+        said = " ".join(result.output.split())
+        assert said.startswith("error: --out") and reason in said and str(out) in said, said
+    assert (tmp_path / "a-file").read_text() == "x"
+
+
 @pytest.mark.parametrize("command", [["run", "-q"], ["sweep", "--workers", "1"]])
 def test_an_unwritable_out_fails_in_one_line_before_simulating(
     command: list[str], no_simulation: None, tmp_path: Path

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import typer
 
-from sparksim.cli.common import console, err_console, friendly_errors
+from sparksim.cli.common import check_out, console, err_console, friendly_errors
 from sparksim.cli.profile_analytic import analytic
 from sparksim.cli.profile_calibrate import calibrate
 from sparksim.cli.profile_tables import export, import_
@@ -41,6 +41,7 @@ def fitted(
     from sparksim.cost.fitted import distserve_profile
     from sparksim.cost.profile import write_profile
 
+    check_out(out)
     command = "sparksim " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     verify, extra, card = distserve_profile(engine, command=command)
     write_profile(out, verify, card, extra=extra)
@@ -74,6 +75,7 @@ def live(
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    check_out(out)
     if refit:
         from sparksim.live.fits import refit_verify  # torch-free: nothing is measured
 
@@ -241,6 +243,7 @@ def _measure(
     if threads is not None:
         torch.set_num_threads(threads)
     target = out if out is not None else Path("profiles") / f"{device}-{spec.name}-{dtype}-measured"
+    check_out(target)  # before measuring for minutes, not after
     argv = [
         "sparksim", "profile", "--model", model, "--device", device, "--dtype", dtype,
         "--tokens", tokens, "--context", contexts, "--attention-fit", attention_fit,

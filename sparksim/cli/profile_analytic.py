@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from sparksim.cli.common import console, friendly_errors
+from sparksim.cli.common import check_out, console, friendly_errors
 from sparksim.cost.analytic import build_analytic
 from sparksim.cost.profile import load_profile, write_profile
 from sparksim.cost.target_step import DTYPE_BYTES
@@ -45,6 +45,7 @@ def analytic(
     """Write an analytic roofline profile (verify.csv, attention.csv, draft tables, card.yaml)."""
     opts = dict(locals())
     verify, extra, card, target = build_analytic(opts)
+    check_out(target)  # a file where the folder goes is refused, not replaced
     names = [str(n) for n in card.get("drafters", {})]
     sizes = [int(v) for v in card["graph_capture_sizes"]]
     hw_name, spec_name = card["hardware"], card["model"]

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 import yaml
 
-from sparksim.cli.common import console, err_console, friendly_errors
+from sparksim.cli.common import check_out, console, err_console, friendly_errors
 from sparksim.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -74,6 +74,7 @@ def calibrate(
     from sparksim.studies.calibration import Calibrator, calibrated_card, held_out_errors
     from sparksim.studies.measured_runs import MeasuredRun, load_run
 
+    check_out(out)  # before fitting, not after it
     names = [n.strip() for n in fit.split(",") if n.strip()]
     settings = _settings_for(runs, engine, vllm_flags)
     measured: list[MeasuredRun] = [load_run(p, s) for p, s in zip(runs, settings, strict=True)]

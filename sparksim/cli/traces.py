@@ -55,6 +55,7 @@ def synth(
     if params is not None:
         model = with_overrides(model, load_params(params), where=str(params))
     out = out or Path("traces") / f"synth-{preset_name}"
+    check_out(out)  # before drawing: a file where the folder goes is refused, not replaced
     result = synthesize(model, requests_per_domain=requests_per_domain, gamma=gamma, seed=seed,
                         miscalibration=miscalibration)
     command = synth_command(preset_name, requests_per_domain=requests_per_domain, gamma=gamma,
