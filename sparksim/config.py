@@ -15,6 +15,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -389,6 +390,21 @@ def check_scenario_file(path: Path | str) -> list[str]:
     return scenario_problems(data)
 
 
+_EXPONENT_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+
+
+def parse_value(raw: str) -> Any:
+    """Read a `KEY=VALUE` value as YAML, and a number written with an exponent (`1e1`, `5E-3`)
+    as that number: YAML 1.1, which PyYAML reads, keeps it as text without a dot (`1.0e1`)."""
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError:
+        return raw
+    if isinstance(value, str) and _EXPONENT_NUMBER.fullmatch(value.strip()):
+        return float(value)
+    return value
+
+
 def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
     """Apply `key.sub=value` overrides (values parsed as YAML) to a scenario mapping in place."""
     for item in overrides:
@@ -396,10 +412,7 @@ def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> dict[str,
         key = key.strip()
         if not sep or not key:
             raise ConfigError(f"--set {item!r}: expected KEY=VALUE (e.g. workload.concurrency=128)")
-        try:
-            value = yaml.safe_load(raw)
-        except yaml.YAMLError:
-            value = raw
+        value = parse_value(raw)
         parts = key.split(".")
         cur = data
         for part in parts[:-1]:

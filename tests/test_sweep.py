@@ -67,6 +67,20 @@ def test_sweep_runs_every_point_and_writes_its_table(
     assert (out / "sweep.parquet").exists() and (out / "pareto.png").stat().st_size > 1000
 
 
+def test_a_swept_number_with_an_exponent_is_that_number_in_the_scenario_and_the_table(
+    sloped_profile: Path, varied_traces: Path, tmp_path: Path
+) -> None:
+    # YAML 1.1 reads `1e1` as text: the row held "1e1" beside 20, and writing the table failed
+    # after every point had run.
+    base = [f"profile={sloped_profile}", f"traces={varied_traces}", "run.duration_s=2",
+            "workload.kind=poisson"]
+    table = run_sweep(None, base, grid(parse_vary(["workload.rate=1e1,2E+1"]), ["static:gamma=1"]),
+                      workers=1)
+    assert table["workload.rate"].tolist() == [10.0, 20.0]
+    write_sweep(tmp_path / "sw", table, {"title": "t"})
+    assert pd.read_parquet(tmp_path / "sw" / "sweep.parquet")["workload.rate"].tolist() == [10.0, 20.0]
+
+
 def test_a_plugin_policy_keeps_its_parameters_in_a_sweep() -> None:
     # Why: `file.py:Class:param=value` in a sweep must reach the policy, as in `bias`.
     sc, _ = resolve_point(None, [], SweepPoint("examples/fixed_budget.py:FixedBudget:per_request=3", ()))

@@ -29,6 +29,7 @@ import pandas as pd
 import yaml
 
 from sparksim.atomic import atomic_file, write_text
+from sparksim.config import parse_value
 from sparksim.errors import ConfigError, MissingExtraError
 from sparksim.studies.sweep_pool import start_pool, stop_pool
 from sparksim.studies.sweep_store import PointStore, code_fingerprint, fingerprint_files
@@ -181,7 +182,7 @@ def run_point(scenario_path: str | None, base_sets: Sequence[str], point: SweepP
                            "lossless": s["lossless"], "upper_bound": s["upper_bound"]}
     for ov in point.overrides:
         key, _, val = ov.partition("=")
-        row[key] = yaml.safe_load(val)
+        row[key] = parse_value(val)  # as the scenario read it: `1e1` is 10.0, not text
     drafter = s.get("cost", {}).get("drafter")
     row["drafter"] = drafter["name"] if drafter else "none"  # the draft table this row paid for
     for m in ROW_METRICS:
