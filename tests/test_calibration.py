@@ -159,6 +159,10 @@ def test_bad_runs_and_settings_get_messages_naming_the_file_row_or_parameter(tmp
     late.to_csv(path, index=False)
     with pytest.raises(FormatError, match="row 4: ttft_ms=500 > e2e_ms=100"):
         load_run(path)
+    named = good.assign(stage=["low"] * 3 + ["high"] * (len(good) - 3))  # stages are numbers
+    named.to_csv(path, index=False)
+    with pytest.raises(FormatError, match="row 1: stage='low' \\(must be a whole number\\)"):
+        load_run(path)
     good.to_csv(path, index=False)
     run = load_run(path)
     with pytest.raises(ConfigError, match="drafter's terms cannot be fitted"):

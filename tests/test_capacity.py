@@ -169,6 +169,7 @@ def test_a_range_whose_low_end_already_fails_is_reported_below_it(
     ([], "give at least one --slo"),
     (["--slo", "p90_tpot_ms=5", "--lo", "50", "--hi", "50"], "the search range is empty"),
     (["--slo", "p90_tpot_ms=5", "--lo", "0"], "must be a positive number"),
+    (["--slo", "p90_tpot_ms=5", "--hi", "inf"], "--hi inf: the highest load must be a finite number"),
     (["--slo", "p90_tpot_ms=5", "--closed", "--lo", "1.5", "--hi", "8"], "whole users"),
     (["--slo", "p90_tpot_ms=5", "--seeds", "0"], "--seeds 0"),
     (["--slo", "p90_tpot_ms=5", "--policy", "nosuch"], "nosuch"),

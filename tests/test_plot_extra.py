@@ -68,6 +68,15 @@ def test_plot_pareto_without_matplotlib_says_how_to_install_it(
     assert not (tmp_path / "pareto.png").exists()
 
 
+def test_plot_pareto_refuses_a_baseline_the_sweep_does_not_hold(tmp_path: Path) -> None:
+    table = pd.DataFrame({"policy": ["a", "b"], "label": ["a", "b"], "lossless": [True, True],
+                          "interactivity": [10.0, 20.0], "tput_per_gpu": [100.0, 50.0]})
+    table.to_parquet(tmp_path / "sweep.parquet", index=False)
+    result = runner.invoke(app, ["plot", "pareto", str(tmp_path), "--baseline", "c"])
+    assert "--baseline 'c' is none of the sweep's policies ('a', 'b')" in one_clean_line(result, 1)
+    assert not (tmp_path / "pareto.png").exists()
+
+
 def test_a_sweep_without_plotly_writes_its_table_and_says_how_to_write_the_report(
     monkeypatch: pytest.MonkeyPatch, sloped_profile: Path, varied_traces: Path, tmp_path: Path
 ) -> None:

@@ -89,3 +89,23 @@ def test_a_plugin_policy_keeps_its_parameters_in_a_sweep() -> None:
     assert (sc.policy.name, sc.policy.params, sc.policy.drafter) == ("static", {"gamma": 1}, "mtp-1")
 
 
+
+
+def test_a_baseline_that_is_not_a_swept_policy_is_refused_before_the_sweep(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A typo had emptied every speedup ("no overlap") after the whole sweep, exiting 0.
+    from typer.testing import CliRunner
+
+    import sparksim.studies.sweep
+    from sparksim.cli import app
+
+    def forbidden(*args: object, **kwargs: object) -> None:
+        raise AssertionError("swept before checking --baseline")
+
+    monkeypatch.setattr(sparksim.studies.sweep, "run_sweep", forbidden)
+    result = CliRunner().invoke(app, ["sweep", "--policy", "static:gamma=1", "--policy", "two-step",
+                                      "--baseline", "two_step", "--out", str(tmp_path / "sw")])
+    assert result.exit_code == 1, result.output
+    said = " ".join(result.output.split())
+    assert "--baseline 'two_step' is none of the swept policies" in said and "'two-step'" in said

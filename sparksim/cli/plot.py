@@ -47,5 +47,11 @@ def pareto(
     check_out(target, kind="file")
     # sweep.yaml (how the sweep was run) names its baseline, profile, traces and workload
     meta = read_yaml_mapping(sweep_dir / "sweep.yaml", "sweep.yaml") if (sweep_dir / "sweep.yaml").is_file() else {}
-    written = plot_pareto(pd.read_parquet(table_path), target, meta=meta, baseline=baseline or meta.get("baseline"))
+    table = pd.read_parquet(table_path)
+    if baseline is not None and baseline not in set(table["policy"]):
+        from sparksim.errors import ConfigError
+
+        raise ConfigError(f"--baseline {baseline!r} is none of the sweep's policies "
+                          f"({', '.join(map(repr, dict.fromkeys(table['policy'])))})")
+    written = plot_pareto(table, target, meta=meta, baseline=baseline or meta.get("baseline"))
     console.print(f"[green]wrote[/] {written}", highlight=False)

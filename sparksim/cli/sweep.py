@@ -73,6 +73,9 @@ def sweep(
     if not policies:
         policies, note = default_policies(scenario_path, set_)
         console.print(note, highlight=False, soft_wrap=True)
+    if baseline is not None and baseline not in policies:  # checked before the sweep, not after it
+        raise ConfigError(f"--baseline {baseline!r} is none of the swept policies "
+                          f"({', '.join(map(repr, policies))}); give one of them as written")
     axes = parse_vary(vary)
     points = grid(axes, policies)
     store = PointStore(out / "points")

@@ -209,8 +209,10 @@ def open_or_closed(scenario_path: str | None, base_sets: Sequence[str], closed: 
 def check_range(lo: float, hi: float, tol: float, closed: bool) -> None:
     """Raise ConfigError unless [lo, hi] is a non-empty range of loads and `tol` a positive step."""
     what = "users" if closed else "requests/s"
-    if not (math.isfinite(lo) and math.isfinite(hi)) or lo <= 0:
+    if not math.isfinite(lo) or lo <= 0:
         raise ConfigError(f"--lo {lo:g}: the lowest load must be a positive number of {what}")
+    if not math.isfinite(hi):
+        raise ConfigError(f"--hi {hi:g}: the highest load must be a finite number of {what}")
     if hi <= lo:
         raise ConfigError(f"--lo {lo:g} --hi {hi:g}: the search range is empty (--hi must exceed --lo)")
     if not tol > 0 or not math.isfinite(tol):

@@ -202,6 +202,14 @@ def load_run(path: Path, settings: EngineSettings | None = None) -> MeasuredRun:
                     f"{int(df['output_tokens'].iloc[row])} tokens exceed the engine's max_model_len="
                     f"{settings.max_model_len} ({settings.source or 'engine settings'}): the settings "
                     "contradict the run")
+    if "stage" in df.columns:  # a whole number per load stage (stage tables and fits read it as one)
+        stage = pd.to_numeric(df["stage"], errors="coerce").to_numpy(np.float64)
+        bad = ~np.isfinite(stage) | (stage != np.round(stage))
+        if bad.any():
+            row = int(np.argmax(bad))
+            problems.append(f"row {row + 1}: stage={df['stage'].iloc[row]!r} (must be a whole number)")
+        else:
+            df["stage"] = stage.astype(np.int64)
     if "has_error" in df.columns and not problems:
         errored = int(pd.to_numeric(df["has_error"], errors="coerce").fillna(1).astype(bool).sum())
         if errored:
