@@ -109,3 +109,13 @@ def test_a_piped_run_prints_progress_lines_instead_of_a_bar(
     assert len(lines) > 10 and lines[0].endswith("s wall") and "/3 sim-s" in lines[0]
     quiet = runner.invoke(app, [*args, str(tmp_path / "b"), "-q"])
     assert "simulating " not in quiet.output
+
+
+def test_the_default_results_folder_of_a_plug_in_policy_is_one_folder() -> None:
+    # `--policy examples/fixed_budget.py:FixedBudget` had made results/default-examples/fixed_budget.py:…
+    from sparksim.sim.runner import default_out_dir, load_scenario
+
+    sc, _ = load_scenario(None, [], "examples/fixed_budget.py:FixedBudget")
+    assert default_out_dir(sc) == Path("results") / "default-fixed_budget-FixedBudget-seed0"
+    sc, _ = load_scenario(None, [], "two-step")
+    assert default_out_dir(sc) == Path("results") / "default-two-step-seed0"

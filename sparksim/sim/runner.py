@@ -7,6 +7,7 @@ import copy
 import json
 import math
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -473,7 +474,14 @@ def run_warnings(caught: Iterable[warnings.WarningMessage], summary: dict[str, A
 
 
 def default_out_dir(scenario: Scenario) -> Path:
-    return Path("results") / f"{scenario.name}-{scenario.policy.name}-seed{scenario.seed}"
+    """results/<scenario>-<policy>-seed<seed>/: one folder, whatever the policy's name holds (a
+    plug-in `path/to/file.py:Class` is named by its class, `file.py` → `file-Class`)."""
+    policy = scenario.policy.name
+    if ":" in policy:
+        where, _, cls = policy.rpartition(":")
+        policy = f"{Path(where).stem if where.endswith('.py') else where.rsplit('.', 1)[-1]}-{cls}"
+    name = re.sub(r"[^\w.+=-]+", "_", f"{scenario.name}-{policy}-seed{scenario.seed}")
+    return Path("results") / name
 
 
 def check_determinism(scenario: Scenario, base: Path | None, first: RunResult, strict: bool) -> list[str]:
