@@ -184,6 +184,12 @@ PROFILE_BREAKS: dict[str, tuple[Callable[[Path], None], list[str]]] = {
         lambda p: (p / "card.yaml").unlink(), ["card.yaml: file is missing"]),
     "card empty": (
         lambda p: (p / "card.yaml").write_text(""), ["card.yaml: is empty"]),
+    "card count given as a bool": (  # read as 1 GPU, silently, before
+        lambda p: _edit_card(p / "card.yaml", lambda c: c.update(gpus_per_replica=True)),
+        ["card.yaml: gpus_per_replica=True"]),
+    "card capture size given as text": (
+        lambda p: _edit_card(p / "card.yaml", lambda c: c.update(graph_capture_sizes=[1, "16"])),
+        ["card.yaml: graph_capture_sizes="]),
 }
 
 

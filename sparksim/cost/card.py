@@ -28,6 +28,7 @@ DRAFTER_KINDS: tuple[str, ...] = get_args(DrafterKind)
 NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False, strict=True)]
 Positive = Annotated[float, Field(gt=0, allow_inf_nan=False, strict=True)]
 Text = Annotated[str, Field(min_length=1)]
+Count = Annotated[int, Field(ge=1, strict=True)]  # a whole number, not text, a bool or a float
 
 
 class _Card(BaseModel):
@@ -88,8 +89,8 @@ class DrafterCard(_Card):
     file: Text | None = Field(None, description="its table (default draft-NAME.csv)")
     kind: DrafterKind = Field(
         "block", description="block: drafts its whole block each step; mtp, autoregressive: one position a pass")
-    layers: int | None = Field(None, ge=1, description="its layers (or `num_layers`)")
-    num_layers: int | None = Field(None, ge=1)
+    layers: Count | None = Field(None, description="its layers (or `num_layers`)")
+    num_layers: Count | None = None
     kv_ms_per_token: NonNegative = Field(
         0.0, description="ms to read its KV cache per context token, once a step (block) or a pass")
 
@@ -97,11 +98,11 @@ class DrafterCard(_Card):
 class CostCard(_Card):
     """The keys sparksim reads to price a step and size the KV cache; every one optional."""
 
-    graph_capture_sizes: list[Annotated[int, Field(ge=1)]] | None = Field(
+    graph_capture_sizes: list[Count] | None = Field(
         None, description="CUDA-graph sizes: a batch inside them pads up to the next one")
-    gpus_per_replica: int | None = Field(None, ge=1, description="GPUs one replica occupies (default 1)")
-    tokens_per_request: int | None = Field(
-        None, ge=1, description="a legacy context grid's rows hold R = ceil(B / this) requests (default 8)")
+    gpus_per_replica: Count | None = Field(None, description="GPUs one replica occupies (default 1)")
+    tokens_per_request: Count | None = Field(
+        None, description="a legacy context grid's rows hold R = ceil(B / this) requests (default 8)")
     cost_model: CostModelCard = Field(default_factory=CostModelCard)
     memory: MemoryCard | None = None
     drafters: dict[str, DrafterCard] | None = Field(
