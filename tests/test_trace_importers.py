@@ -146,6 +146,29 @@ def test_rounds_jsonl_gives_the_same_set_as_csv(tmp_path: Path) -> None:
     np.testing.assert_array_equal(a.accepted, b.accepted)
 
 
+def test_a_jsonl_domain_key_is_read_whichever_record_comes_first(tmp_path: Path) -> None:
+    # The columns came from the first record's keys: without `domain` there, every later
+    # record's domain was dropped without a word; the same records in another order failed.
+    import json
+
+    from sparksim.traces.rounds import read_rounds
+
+    def rec(rid: int, dom: str | None) -> str:
+        r: dict[str, object] = {"request_id": rid, "round": 0, "proposal_len": 2, "accepted": 1,
+                                "conf_1": 0.9, "conf_2": 0.5}
+        if dom is not None:
+            r["domain"] = dom
+        return json.dumps(r)
+
+    for order in ([rec(1, None), rec(2, "code")], [rec(2, "code"), rec(1, None)]):
+        path = tmp_path / "r.jsonl"
+        path.write_text("\n".join(order) + "\n")
+        with pytest.raises(FormatError, match="column 'domain': None is not a domain name"):
+            read_rounds(path)
+    path.write_text("\n".join([rec(1, "chat"), rec(2, "code")]) + "\n")
+    assert read_rounds(path).domains == ["chat", "code"]
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_every_schedule_passes_through_every_observed_row(tmp_path: Path, seed: int) -> None:
     # Why: the fill rule must never carry a replay past a recorded rejection. Whatever the

@@ -67,6 +67,10 @@ def read_rounds(
     if is_json:
         lines, values = json_lines(text, problems, fast=fast)
         columns, head = _json_header(lines, values, problems)
+        # an optional key a later record holds is read from every record (an error where one
+        # lacks it), whichever record comes first: not dropped because the first one has none
+        if columns and "domain" not in columns and any(isinstance(v, dict) and "domain" in v for v in values):
+            columns.append("domain")
     else:
         columns, head = _csv_header(text)
     header = Problems(path)
