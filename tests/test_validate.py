@@ -231,6 +231,14 @@ TRACE_BREAKS: dict[str, tuple[Callable[[Path], None], list[str]]] = {
     "NaN confidence": (
         lambda p: _edit_parquet(p / "positions.parquet", lambda t: _set_matrix(t, "conf", 6, np.nan)),
         ["positions.parquet: column 'conf' row 6", "nan"]),
+    "confidences given as text": (  # cast to numbers, they had passed
+        lambda p: _edit_parquet(p / "positions.parquet", lambda t: t.set_column(
+            t.schema.get_field_index("conf"), "conf", t.column("conf").cast(pa.list_(pa.string())))),
+        ["positions.parquet: column 'conf' must hold a list of γ floats (is list<element: string>)"]),
+    "domains given as numbers": (  # turned into the text "0", "1", they had passed
+        lambda p: _edit_parquet(p / "requests.parquet", lambda t: t.set_column(
+            t.schema.get_field_index("domain"), "domain", pa.array(np.arange(t.num_rows) % 2))),
+        ["requests.parquet: column 'domain' must hold names, as text (is int64)"]),
     "NaN accepted": (
         lambda p: _edit_parquet(p / "positions.parquet", lambda t: _set_int(t, "accepted", 4, np.nan)),
         ["positions.parquet: column 'accepted' row 4", "nan"]),

@@ -185,6 +185,9 @@ def _matrix_column(
             or pa.types.is_large_list(arr.type)):
         problems.append(f"{file}: column {col!r} must hold a list of γ floats (is {arr.type})")
         return None
+    if not pa.types.is_floating(arr.type.value_type):  # text or booleans would be cast to numbers
+        problems.append(f"{file}: column {col!r} must hold a list of γ floats (is {arr.type})")
+        return None
     if arr.null_count:
         row = _first_bad(arr.is_null().to_numpy(zero_copy_only=False))
         problems.append(f"{file}: column {col!r} row {row} is null")
@@ -263,6 +266,12 @@ def _parse(path: Path, problems: list[str], with_extras: bool = True) -> TraceSe
             problems.append(f"requests.parquet: column {col!r} row {_first_bad(bad)} is {vals[_first_bad(bad)]} (< {low})")
             return None
         req[col] = vals
+    dom_type = req_t.schema.field("domain").type
+    if pa.types.is_dictionary(dom_type):  # a categorical column: names stored once
+        dom_type = dom_type.value_type
+    if not (pa.types.is_string(dom_type) or pa.types.is_large_string(dom_type)):
+        problems.append(f"requests.parquet: column 'domain' must hold names, as text (is {dom_type})")
+        return None
     domain = to_numpy(req_t.column("domain"))
     if _missing(domain).any():
         problems.append(f"requests.parquet: column 'domain' row {_first_bad(_missing(domain))} is null")
