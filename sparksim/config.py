@@ -279,6 +279,24 @@ def scenario_problems(data: Mapping[str, Any], base: Mapping[str, Any] | None = 
     return unread_problems(scenario, data, base)
 
 
+def _data_keys(data: Mapping[str, Any], loc: Iterable[Any], *, missing: bool) -> list[str]:
+    """The keys of pydantic's error location `loc` that are in `data`, in order: a validator's
+    or a union member's name (`float`, `function-after[...]`) is no key of the data and drops
+    out; a list index is stepped through but not named. A missing key keeps its name."""
+    parts = list(loc)
+    if missing and parts:
+        return [*_data_keys(data, parts[:-1], missing=False), str(parts[-1])]
+    keys: list[str] = []
+    cur: Any = data
+    for part in parts:
+        if isinstance(cur, Mapping) and isinstance(part, str) and part in cur:
+            keys.append(part)
+            cur = cur[part]
+        elif isinstance(cur, list | tuple) and isinstance(part, int) and -len(cur) <= part < len(cur):
+            cur = cur[part]
+    return keys
+
+
 def validation_problems(exc: ValidationError, data: Mapping[str, Any], prefix: str = "") -> list[str]:
     """Return pydantic's complaints about `data` as lines a person reads: `key.sub=value: why`.
 
@@ -291,7 +309,7 @@ def validation_problems(exc: ValidationError, data: Mapping[str, Any], prefix: s
     seen: dict[str, int] = {}
     for err in exc.errors():
         # pydantic adds validator and union-member names to the location; keep the keys
-        loc = [p for p in err["loc"] if isinstance(p, str) and p.replace("_", "").isalnum()]
+        loc = _data_keys(data, err["loc"], missing=err["type"] == "missing")
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] in ("extra_forbidden", "missing"):
             parent = prefix + ".".join(loc[:-1])

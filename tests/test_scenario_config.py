@@ -180,3 +180,18 @@ def test_an_open_loop_that_cannot_fit_its_horizon_is_refused_with_the_count_and_
     # capped arrivals, or a rate that fits, pass
     load_scenario(None, [f"workload.kind={kind}", "workload.rate=1e9", "run.max_requests=1000"])
     load_scenario(None, [f"workload.kind={kind}", "workload.rate=1e5"])
+
+
+@pytest.mark.parametrize(("given", "said"), [
+    # a union's member names (float, bool) had shown as keys, with the value '<missing>'
+    ({"cluster": {"pipeline": "sync", "decision_s": "fast"}},
+     "cluster.decision_s='fast': Input should be a valid number"),
+    ({"run": {"records": {"stream": "sometimes"}}}, "run.records.stream='sometimes': "),
+    # a key with a hyphen had dropped out, and its value with it
+    ({"workload": {"mix": {"arena-hard": "lots", "math": 1}}}, "workload.mix.arena-hard='lots': "),
+])
+def test_a_bad_value_is_named_by_its_key_and_value(given: dict, said: str) -> None:
+    from sparksim.config import scenario_problems
+
+    problems = scenario_problems(given)
+    assert len(problems) == 1 and problems[0].startswith(said), problems
