@@ -49,7 +49,11 @@ def read_csv_columns(path: Path, max_rows: int, text: tuple[str, ...] = ()) -> d
 
 
 def to_numeric(values: NDArray[Any]) -> NDArray[np.float64]:
-    """Return a column as float64, text that is not a number as NaN (`pd.to_numeric(errors="coerce")`)."""
+    """Return a column as float64, text that is not a number as NaN (`pd.to_numeric(errors="coerce")`).
+
+    A column pandas read as booleans (every cell True or False) is text too: all NaN, not 1 and 0."""
+    if values.dtype.kind == "b":
+        return np.full(values.shape, np.nan)
     if values.dtype == object:  # only pandas reads text into a column meant to hold numbers
         import pandas as pd
 

@@ -132,7 +132,7 @@ PROFILE_BREAKS: dict[str, tuple[Callable[[Path], None], list[str]]] = {
         ["verify.csv", "context=4096 lacks tokens=32"]),
     "duplicate rows": (
         lambda p: _edit_csv(p / "verify.csv", lambda d: pd.concat([d, d.iloc[[2]]])),
-        ["verify.csv: duplicate (context, tokens)"]),
+        ["verify.csv: duplicate (context, tokens) rows: row 9 repeats row 3 (1024, 32)"]),
     "unknown column": (
         lambda p: _edit_csv(p / "verify.csv", lambda d: d.assign(speed=1.0)),
         ["verify.csv: unknown column 'speed'"]),
@@ -180,6 +180,10 @@ PROFILE_BREAKS: dict[str, tuple[Callable[[Path], None], list[str]]] = {
         ["card.yaml: drafter.kv_ms_per_token=-1"]),
     "card not YAML": (
         lambda p: (p / "card.yaml").write_text("source: [unclosed\n"), ["card.yaml: not valid YAML"]),
+    "step_ms given as True/False": (  # pandas reads them as booleans; they had become 1 and 0 ms
+        lambda p: _edit_csv(p / "verify.csv", lambda df: df.assign(step_ms=[True, False] * (len(df) // 2)
+                                                                   + [True] * (len(df) % 2))),
+        ["verify.csv: column 'step_ms' row 1 is not a finite number (True)"]),
     "card missing": (
         lambda p: (p / "card.yaml").unlink(), ["card.yaml: file is missing"]),
     "card empty": (

@@ -175,14 +175,15 @@ def _grid(verify: Columns, problems: list[str], name: str
     if "context" not in verify:
         tokens = verify["tokens"]
         if _repeats(tokens):
-            problems.append("verify.csv: duplicate token counts")
+            problems.append(f"verify.csv: duplicate token counts: {_repeated(tokens)}")
             return None
         order = np.argsort(tokens)
         ms = _monotone(verify["step_ms"][order][None, :], "verify.csv", name)[0]
         return tokens[order], None, ms
     wide = _pivot(verify["context"], verify["tokens"], verify["step_ms"])
     if wide is None:
-        problems.append("verify.csv: duplicate (context, tokens) rows")
+        problems.append("verify.csv: duplicate (context, tokens) rows: "
+                        f"{_repeated(verify['context'], verify['tokens'])}")
         return None
     contexts, tokens, grid = wide
     if np.isnan(grid).any():
@@ -208,6 +209,16 @@ def _pivot(rows: NDArray[np.float64], cols: NDArray[np.float64], values: NDArray
 
 def _repeats(values: NDArray[Any]) -> bool:
     return bool(np.unique(values).size < values.size)
+
+
+def _repeated(*keys: NDArray[Any]) -> str:
+    """Name the first row whose keys an earlier row already has, as a person counts rows (from 1)."""
+    seen: dict[tuple[float, ...], int] = {}
+    for row, key in enumerate(zip(*(k.tolist() for k in keys), strict=True)):
+        if key in seen:
+            return f"row {row + 1} repeats row {seen[key] + 1} ({', '.join(f'{v:g}' for v in key)})"
+        seen[key] = row
+    return ""
 
 
 def _read_csv(path: Path, required: tuple[str, ...], optional: tuple[str, ...], problems: list[str]
@@ -239,8 +250,11 @@ def _read_csv(path: Path, required: tuple[str, ...], optional: tuple[str, ...], 
         return None
 
     def plain(value: Any) -> str:
-        # a number as a person writes it (8, -0.25, nan), not np.float64(8.0); text quoted
-        if isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool):
+        # a number as a person writes it (8, -0.25, nan), not np.float64(8.0); text quoted, and a
+        # cell pandas read as a boolean as it stands in the file (True)
+        if isinstance(value, bool | np.bool_):
+            return str(bool(value))
+        if isinstance(value, int | float | np.integer | np.floating):
             num = float(value)
             return str(int(num)) if num.is_integer() else repr(num)
         return repr(value)
@@ -273,14 +287,15 @@ def _draft_grid(cols: Columns, name: str, file: str, problems: list[str], pname:
     if "positions" not in cols:
         requests = cols["requests"]
         if _repeats(requests):
-            problems.append(f"{file}: duplicate request counts")
+            problems.append(f"{file}: duplicate request counts: {_repeated(requests)}")
             return None
         order = np.argsort(requests)
         ms = _monotone(cols["draft_ms"][order][None, :], file, pname)
         return DraftTable(name, requests[order], np.empty(0), ms)
     wide = _pivot(cols["positions"], cols["requests"], cols["draft_ms"])
     if wide is None:
-        problems.append(f"{file}: duplicate (positions, requests) rows")
+        problems.append(f"{file}: duplicate (positions, requests) rows: "
+                        f"{_repeated(cols['positions'], cols['requests'])}")
         return None
     if (cols["positions"] <= 0).any():
         problems.append(f"{file}: positions must be >= 1 (0 positions cost nothing by definition)")
@@ -312,11 +327,14 @@ def _parse_attention(
     wide = _pivot(np.ones_like(cols["kv_tokens"]) if single else cols["requests"], cols["kv_tokens"],
                   cols["attn_ms"])
     if wide is None:
-        problems.append("attention.csv: duplicate (requests, kv_tokens) rows")
+        problems.append("attention.csv: duplicate (requests, kv_tokens) rows: "
+                        f"{_repeated(np.ones_like(cols['kv_tokens']) if single else cols['requests'], cols['kv_tokens'])}")
         return None
     requests, kv_tokens, grid = wide
     if np.isnan(grid).any():
-        problems.append("attention.csv: every requests row needs the same kv_tokens values")
+        req, kv = np.argwhere(np.isnan(grid))[0]
+        problems.append("attention.csv: every requests row needs the same kv_tokens values "
+                        f"(requests={requests[req]:g} lacks kv_tokens={kv_tokens[kv]:g})")
         return None
     if kv_tokens.size == 1 and kv_tokens[0] <= 0:
         # one column is read as a line through the origin (cost ∝ KV tokens): it needs a slope
@@ -339,7 +357,7 @@ def _parse_prefill(path: Path, problems: list[str]
     tokens = cols["tokens"]
     order = np.argsort(tokens)
     if _repeats(tokens):
-        problems.append("prefill.csv: duplicate token counts")
+        problems.append(f"prefill.csv: duplicate token counts: {_repeated(tokens)}")
         return None
     ms = _monotone(cols["prefill_ms"][order][None, :], "prefill.csv", path.name)[0]
     return tokens[order], ms
