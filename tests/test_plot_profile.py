@@ -78,6 +78,16 @@ def test_plot_overlays_several_profiles_into_one_png(tmp_path: Path) -> None:
     assert nearest[0].captured == tuple(CAPTURED)
 
 
+def test_context_on_a_profile_without_a_context_grid_is_refused(tmp_path: Path) -> None:
+    # --context had drawn the same figure whatever it said on every current profile.
+    pytest.importorskip("matplotlib")
+    result = runner.invoke(app, ["plot", "profile", "profiles/h100-qwen3-8b-analytic", "--context", "4096",
+                                 "--out", str(tmp_path / "x.png")])
+    assert result.exit_code == 1, result.output
+    assert "--context 4096: h100-qwen3-8b-analytic's verify.csv has one curve" in " ".join(result.output.split())
+    assert not (tmp_path / "x.png").exists()
+
+
 def test_plot_of_a_broken_profile_names_the_problem(tmp_path: Path) -> None:
     # A bad input must say what is wrong with it rather than draw nothing.
     bad = tmp_path / "bad"

@@ -109,3 +109,14 @@ def test_a_baseline_that_is_not_a_swept_policy_is_refused_before_the_sweep(
     assert result.exit_code == 1, result.output
     said = " ".join(result.output.split())
     assert "--baseline 'two_step' is none of the swept policies" in said and "'two-step'" in said
+
+
+@pytest.mark.parametrize("command", ["sweep", "capacity"])
+def test_a_worker_count_below_one_is_refused(command: str) -> None:
+    # --workers -1 had run the points one after another without a word.
+    from typer.testing import CliRunner
+
+    from sparksim.cli import app
+
+    result = CliRunner().invoke(app, [command, "--workers", "-1"])
+    assert result.exit_code == 2 and "--workers" in result.output

@@ -51,7 +51,7 @@ def capacity(
     tol: float | None = typer.Option(None, "--tol", help="stop when the bracket is this narrow "
                                      "(default: 1 % of --hi, 1 user with --closed)"),
     closed: bool = typer.Option(False, "--closed", help="search closed-loop users instead of the Poisson rate"),
-    workers: int | None = typer.Option(None, "--workers", help="worker processes (default: CPUs)"),
+    workers: int | None = typer.Option(None, "--workers", min=1, help="worker processes (default: CPUs)"),
     out: Path = typer.Option(
         Path("results/capacity"), "--out",
         help="capacity folder; finished runs are kept in OUT/points/ and reused by a rerun",

@@ -33,7 +33,7 @@ def sweep(
              "MTP-1, static:gamma=1 on the profile's MTP module, and two-step)",
     ),
     set_: list[str] = typer.Option([], "--set", help="override applied to every run"),
-    workers: int | None = typer.Option(None, "--workers", help="worker processes (default: CPUs)"),
+    workers: int | None = typer.Option(None, "--workers", min=1, help="worker processes (default: CPUs)"),
     ray: bool = typer.Option(False, "--ray", help="run the points as Ray tasks (needs the ray extra)"),
     baseline: str | None = typer.Option(None, "--baseline", help="policy the speedups are against (default: the first)"),
     out: Path = typer.Option(

@@ -20,6 +20,7 @@ from numpy.typing import NDArray
 
 from sparksim.atomic import atomic_file
 from sparksim.cost.profile import ProfileWarning, load_profile
+from sparksim.errors import ConfigError
 from sparksim.plotting import pyplot
 
 if TYPE_CHECKING:
@@ -92,7 +93,12 @@ def load_curves(paths: Sequence[Path], context: float | None = None) -> list[Cur
         if not gridded:
             raw["context"] = np.nan
         contexts = sorted(raw["context"].unique())
-        if context is not None and gridded:
+        if context is not None and not gridded:
+            raise ConfigError(
+                f"--context {context:g}: {Path(path).name}'s verify.csv has one curve, the dense "
+                "step at every batch size (attention is priced apart, from attention.csv); "
+                "--context picks among a legacy grid's contexts, so leave it out")
+        if context is not None:
             contexts = [min(contexts, key=lambda c: abs(c - context))]
         source = prof.source
         for c in contexts:
