@@ -120,3 +120,29 @@ def test_a_worker_count_below_one_is_refused(command: str) -> None:
 
     result = CliRunner().invoke(app, [command, "--workers", "-1"])
     assert result.exit_code == 2 and "--workers" in result.output
+
+
+def test_a_policy_swept_over_drafters_is_one_series_per_drafter_in_table_and_figure() -> None:
+    # The terminal had put both drafters' points on one frontier per policy while the figure
+    # drew one per drafter, so the two quoted different speedups.
+    from sparksim.plotting.pareto import speedup_notes
+    from sparksim.studies.frontier import series_of, series_speedups
+
+    rows = []
+    for policy, label, gain in (("static:gamma=1", "static(gamma=1)", 1.0), ("two-step", "two-step", 2.0)):
+        for drafter, extra in (("mtp-1", 1.0), ("dspark-5", 1.5)):
+            for load in (1.0, 2.0, 4.0):
+                rows.append({"policy": policy, "label": f"{label}·{drafter}", "drafter": drafter,
+                             "tput_per_gpu": 100.0 * load, "interactivity": 50.0 * gain * extra / load})
+    table = pd.DataFrame(rows)
+    assert list(dict.fromkeys(series_of(table))) == [
+        "static:gamma=1 · mtp-1", "static:gamma=1 · dspark-5", "two-step · mtp-1", "two-step · dspark-5"]
+    base, speedups = series_speedups(table, "static:gamma=1")
+    assert base == "static:gamma=1 · mtp-1"
+    ratio = {name: round(float(sp["speedup"].mean()), 6) for name, sp in speedups}
+    assert ratio == {"static:gamma=1 · dspark-5": 1.5, "two-step · mtp-1": 2.0, "two-step · dspark-5": 3.0}
+    notes = speedup_notes(table, "static:gamma=1")
+    assert [n.split(":")[0] for n in notes] == [
+        "static(gamma=1)·dspark-5 vs static(gamma=1)·mtp-1", "two-step·mtp-1 vs static(gamma=1)·mtp-1",
+        "two-step·dspark-5 vs static(gamma=1)·mtp-1"]
+    assert "×3.00" in notes[2]

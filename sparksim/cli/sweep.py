@@ -52,7 +52,7 @@ def sweep(
     from sparksim.report import REPORT_FILE
     from sparksim.sim.metrics import UNFINISHED_SHARE
     from sparksim.sim.runner import load_scenario
-    from sparksim.studies.frontier import overloaded, speedup_at_matched_throughput
+    from sparksim.studies.frontier import overloaded, series_speedups
     from sparksim.studies.sweep import (
         default_policies,
         grid,
@@ -113,11 +113,8 @@ def sweep(
     shown.add_column("tput/GPU range")
     shown.add_column("speedup range", justify="right", no_wrap=True)
     hot = overloaded(table)
-    kept = table[~hot]  # the same points the figure's speedups use
-    for policy in policies:
-        if policy == base:
-            continue
-        sp = speedup_at_matched_throughput(kept, policy, base)
+    # the same series and points as the figure's speedups (`series_speedups`)
+    for policy, sp in series_speedups(table, base)[1]:
         if len(sp) > 1:
             shown.add_row(policy, f"{sp['tput_per_gpu'].min():,.0f}–{sp['tput_per_gpu'].max():,.0f}",
                           f"×{sp['speedup'].min():.2f}–{sp['speedup'].max():.2f}")

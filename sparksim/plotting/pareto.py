@@ -21,7 +21,7 @@ import pandas as pd
 from sparksim.atomic import atomic_file
 from sparksim.plotting import pyplot
 from sparksim.sim.metrics import UNFINISHED_SHARE
-from sparksim.studies.frontier import overloaded, pareto_frontier, speedup_at_matched_throughput
+from sparksim.studies.frontier import overloaded, pareto_frontier, series_of, series_speedups
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -124,20 +124,19 @@ def speedup_notes(table: pd.DataFrame, baseline: str | None) -> list[str]:
     `overloaded` are left out first, and a range found at a single throughput says so.
     """
 
-    labels = series_labels(table)
-    order = list(dict.fromkeys(labels))
-    if not order:
+    if table.empty:
         return []
-    base = order[0]
-    if baseline is not None:
-        hits = [lab for lab, pol in zip(labels, table["policy"].astype(str), strict=True) if baseline in (lab, pol)]
-        base = hits[0] if hits else baseline
-    kept = table.assign(policy=labels)[~overloaded(table)]
+    # the terminal table's series and speedups (`series_speedups`), named by their labels
+    labels = series_labels(table)
+    series = series_of(table)
+    label_of = dict(zip(series, labels, strict=True))
+    if baseline is not None and baseline in set(labels) and baseline not in set(series):
+        baseline = str(series[labels == baseline].iloc[0])  # given as a label
+    base_series, speedups = series_speedups(table, baseline if baseline is not None else str(series.iloc[0]))
+    base = label_of.get(base_series, base_series)
     notes = []
-    for label in order:
-        if label == base:
-            continue
-        sp = speedup_at_matched_throughput(kept, label, base)
+    for name, sp in speedups:
+        label = label_of[name]
         if len(sp) == 0:
             notes.append(f"{label} vs {base}: no throughput both reach")
         elif len(sp) == 1:

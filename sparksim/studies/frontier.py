@@ -65,3 +65,31 @@ def speedup_at_matched_throughput(
     ib = np.interp(np.log(lv), np.log(b["tput_per_gpu"]), b["interactivity"])
     return pd.DataFrame({"tput_per_gpu": lv, "interactivity_policy": ia,
                          "interactivity_baseline": ib, "speedup": ia / ib})
+
+
+def series_of(table: pd.DataFrame) -> pd.Series:
+    """Return each row's series, as the terminal's table and the figure compare them: its policy
+    spec, with the drafter it paid for (`spec · drafter`) where one spec's rows paid for several
+    (a sweep over `policy.drafter`), so two drafters' points never share one frontier."""
+    spec = table["policy"].astype(str)
+    if "drafter" not in table.columns:
+        return spec
+    drafter = table["drafter"].astype(str)
+    several = drafter.groupby(spec).transform("nunique") > 1
+    return spec.where(~several, spec + " · " + drafter)
+
+
+def series_speedups(table: pd.DataFrame, baseline: str) -> tuple[str, list[tuple[str, pd.DataFrame]]]:
+    """Return the baseline series and each other series' `speedup_at_matched_throughput` over it.
+
+    `baseline` is a series or a policy spec (then its first series, in table order); points
+    marked by `overloaded` are left out first.
+    """
+    series = series_of(table)
+    base = baseline
+    if baseline not in set(series):
+        hits = series[table["policy"].astype(str) == baseline]
+        base = str(hits.iloc[0]) if len(hits) else baseline
+    kept = table.assign(policy=series)[~overloaded(table)]
+    return base, [(name, speedup_at_matched_throughput(kept, name, base))
+                  for name in dict.fromkeys(series) if name != base]
