@@ -75,3 +75,24 @@ def test_the_bias_command_takes_specs_prints_full_labels_and_fails_in_one_line()
     bad = CliRunner().invoke(app, ["bias", "--policy", "static:gamma=9", "--trials", "300"])
     assert bad.exit_code == 1 and "Traceback" not in bad.output
     assert "gamma=9" in bad.output
+
+
+def test_an_option_the_chosen_bias_check_does_not_read_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    # --warmup, --batch, ... had been accepted and ignored by the Monte Carlo lab, and --span had
+    # turned an explicit --contexts 200 into its own default of 3.
+    from typer.testing import CliRunner
+
+    import sparksim.cli.policies
+    from sparksim.cli import app
+
+    for args, said in ((["--warmup", "0"], "--warmup: only with --exact"),
+                       (["--batch", "8", "--temperature", "0.3"], "--batch, --temperature: only with --exact"),
+                       (["--span", "8", "--warmup", "2"], "--warmup: not read by --span"),
+                       (["--exact", "--trials", "500"], "--trials: not read by --exact")):
+        result = CliRunner().invoke(app, ["bias", *args])
+        assert result.exit_code == 1 and said in " ".join(result.output.split()), (args, result.output)
+    seen: list[int] = []
+    monkeypatch.setattr(sparksim.cli.policies, "_bias_span", lambda *a: seen.append(a[4]))
+    for given, used in ((["--contexts", "200"], 200), ([], 3)):
+        assert CliRunner().invoke(app, ["bias", "--span", "8", *given]).exit_code == 0
+        assert seen.pop() == used

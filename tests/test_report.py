@@ -194,3 +194,28 @@ def test_without_plotly_a_sweep_says_so_and_leaves_no_old_report(
     shutil.copytree(sweep_dir, out)
     write_sweep(out, pd.read_parquet(out / "sweep.parquet"), {"title": "t"})
     assert not (out / "report.html").exists() and (out / "sweep.parquet").exists()
+
+
+def test_the_reports_speedups_and_capacity_notes_follow_the_tables_rules() -> None:
+    # The report's speedups had put a policy's drafters on one frontier (the terminal table
+    # and pareto.png draw one per drafter), and its capacity bars never showed what "above"
+    # or "below the range" means (the statuses are written in full).
+    pytest.importorskip("plotly")
+    from sparksim.report.capacity_page import capacity_figure
+    from sparksim.report.sweep_page import speedups
+    from sparksim.studies.capacity import ABOVE, BELOW
+
+    rows = []
+    for policy, label, gain in (("static:gamma=1", "static(gamma=1)", 1.0), ("two-step", "two-step", 2.0)):
+        for drafter, extra in (("mtp-1", 1.0), ("dspark-5", 1.5)):
+            for load in (1.0, 2.0, 4.0):
+                rows.append({"policy": policy, "label": f"{label}·{drafter}", "drafter": drafter,
+                             "tput_per_gpu": 100.0 * load, "interactivity": 50.0 * gain * extra / load})
+    table, _ = speedups(pd.DataFrame(rows), "static:gamma=1")
+    assert dict(zip(table["policy"], table["speedup from"].round(6), strict=True)) == {
+        "static(gamma=1)·dspark-5": 1.5, "two-step·mtp-1": 2.0, "two-step·dspark-5": 3.0}
+    bars = [{"label": name, "policy": name, "capacity": cap, "capacity_se": None, "lowest": None, "runs": 2,
+             "status": status} for name, cap, status in (("a", 64.0, ABOVE), ("b", None, BELOW))]
+    fig = capacity_figure(bars, "users", 1.0)
+    assert "a lower bound" in fig.data[0].hovertemplate
+    assert "it missed the SLOs at 1" in fig.data[1].hovertemplate

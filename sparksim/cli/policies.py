@@ -12,6 +12,8 @@ from rich.table import Table
 from sparksim.cli.common import check_out, console, err_console, friendly_errors, plural
 from sparksim.errors import ConfigError
 
+DEFAULT_PROMPTS = Path("models/tinylm-d128-l6/data/test.jsonl")  # the held-out prompts of the built-in target
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -43,7 +45,7 @@ def bias(
         [], "--policy",
         help="policy to test, with parameters as NAME:param=value,... or FILE.py:Class:param=value "
              "(repeat; default: every registered policy, or a standard set with --exact)"),
-    trials: int = typer.Option(20_000, "--trials", min=100, help="Monte Carlo trials per policy"),
+    trials: int | None = typer.Option(None, "--trials", min=100, help="Monte Carlo trials per policy (default 20,000)"),
     seed: int = typer.Option(0, "--seed", help="master seed; each policy draws its own stream from it"),
     exact: bool = typer.Option(
         False, "--exact",
@@ -51,28 +53,33 @@ def bias(
              "with --target/--drafter on real contexts"),
     target: Path | None = typer.Option(None, "--target", help="--exact: target model directory"),
     drafter: Path | None = typer.Option(None, "--drafter", help="--exact: DSpark/DFlash drafter directory (γ ≥ 2)"),
-    contexts: int = typer.Option(200, "--contexts", min=1, help="--exact: held-out contexts to enumerate"),
-    prompts: Path = typer.Option(
-        Path("models/tinylm-d128-l6/data/test.jsonl"), "--prompts",
-        help="--exact: held-out prompt file the target answers (contexts are prefixes of its answers)"),
-    batch: int = typer.Option(
-        1, "--batch", min=1, help="--exact: requests R sharing the step (R−1 others from other contexts)"),
+    contexts: int | None = typer.Option(
+        None, "--contexts", min=1, help="--exact: held-out contexts to enumerate (default 200; --span: 3)"),
+    prompts: Path | None = typer.Option(
+        None, "--prompts",
+        help="--exact: held-out prompt file the target answers (contexts are prefixes of its answers; "
+             f"default {DEFAULT_PROMPTS})"),
+    batch: int | None = typer.Option(
+        None, "--batch", min=1, help="--exact: requests R sharing the step (R−1 others from other contexts; default 1)"),
     profile: Path | None = typer.Option(
         None, "--profile",
         help="--exact: SPS profile pricing the step (default: profiles/cpu-tinylm-d128-live-measured; "
              "App. A: the paper's SPS)"),
-    temperature: float = typer.Option(1.0, "--temperature", min=0.0, help="--exact: sampling temperature"),
-    max_new_tokens: int = typer.Option(128, "--max-new-tokens", min=1, help="--exact: response length cap"),
-    cuts: int = typer.Option(
-        4, "--cuts-per-response", min=1,
-        help="--exact: contexts cut from each response (the target answers ⌈contexts / this⌉ prompts)"),
-    warmup: int = typer.Option(4, "--warmup", min=0, help="--exact: earlier steps shown to stateful policies"),
+    temperature: float | None = typer.Option(
+        None, "--temperature", min=0.0, help="--exact: sampling temperature (default 1.0)"),
+    max_new_tokens: int | None = typer.Option(
+        None, "--max-new-tokens", min=1, help="--exact: response length cap (default 128)"),
+    cuts: int | None = typer.Option(
+        None, "--cuts-per-response", min=1,
+        help="--exact: contexts cut from each response (the target answers ⌈contexts / this⌉ prompts; default 4)"),
+    warmup: int | None = typer.Option(
+        None, "--warmup", min=0, help="--exact: earlier steps shown to stateful policies (default 4)"),
     mc: int = typer.Option(
         0, "--mc", min=0,
         help="--exact: also sample each policy's worst context N times and show the Monte Carlo TV with its "
              "bootstrap 95% CI"),
     out: Path | None = typer.Option(None, "--out", help="--exact: write the per-context table to this CSV"),
-    threads: int = typer.Option(0, "--threads", min=0, help="--exact: torch threads (0 = default)"),
+    threads: int | None = typer.Option(None, "--threads", min=0, help="--exact: torch threads (0 = default)"),
     span: int = typer.Option(
         0, "--span", min=0,
         help="with --target/--drafter: Monte Carlo over SPAN-token continuations from the live engine, each "
@@ -82,21 +89,33 @@ def bias(
 
     With --exact the first emitted token's law is enumerated instead of sampled: on the paper's two-token case, or with --target/--drafter on held-out contexts of a real target and drafter (docs/bias.md).
     """
+    # an option the chosen check does not read is refused, never ignored
+    def refuse(unread: dict[str, object], why: str) -> None:
+        given = [name for name, v in unread.items() if v is not None]
+        if given:
+            raise ConfigError(f"{', '.join(given)}: {why}")
+
+    prompts_file = prompts or DEFAULT_PROMPTS
     if span:
         if exact:
             raise ConfigError("--span and --exact are two different checks; give one")
-        # --contexts defaults to 200 for --exact; a span check samples a few contexts (3 unless given)
-        _bias_span(policy, seed, target, drafter, 3 if contexts == 200 else contexts, prompts, batch,
-                   profile, temperature, span, mc or 2000, out, threads)
+        refuse({"--trials": trials, "--max-new-tokens": max_new_tokens, "--cuts-per-response": cuts,
+                "--warmup": warmup}, "not read by --span")
+        _bias_span(policy, seed, target, drafter, 3 if contexts is None else contexts, prompts_file,
+                   batch or 1, profile, 1.0 if temperature is None else temperature, span, mc or 2000, out,
+                   threads or 0)
         return
     if exact:
-        _bias_exact(policy, seed, target, drafter, contexts, prompts, batch, profile, temperature,
-                    max_new_tokens, cuts, warmup, mc, out, threads)
+        refuse({"--trials": trials}, "not read by --exact (it samples nothing; --mc N samples)")
+        _bias_exact(policy, seed, target, drafter, 200 if contexts is None else contexts, prompts_file,
+                    batch or 1, profile, 1.0 if temperature is None else temperature, max_new_tokens or 128,
+                    cuts or 4, 4 if warmup is None else warmup, mc, out, threads or 0)
         return
-    given = [name for name, v in (("--target", target), ("--drafter", drafter), ("--profile", profile),
-                                  ("--out", out)) if v is not None]
-    if given or mc:
-        raise ConfigError(f"{', '.join(given or ['--mc'])}: only with --exact")
+    refuse({"--target": target, "--drafter": drafter, "--profile": profile, "--out": out, "--mc": mc or None,
+            "--contexts": contexts, "--prompts": prompts, "--batch": batch, "--temperature": temperature,
+            "--max-new-tokens": max_new_tokens, "--cuts-per-response": cuts, "--warmup": warmup,
+            "--threads": threads}, "only with --exact (or --span); the Monte Carlo lab reads --policy, --trials and --seed")
+    trials = trials or 20_000
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from sparksim.bias.biaslab import bias_table

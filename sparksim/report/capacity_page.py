@@ -12,6 +12,7 @@ import pandas as pd
 from sparksim.plotting.pareto import series_colors
 from sparksim.report.inputs import inputs_section, warnings_section
 from sparksim.report.page import Section, figure_html, paragraph, table_html
+from sparksim.studies.capacity import ABOVE, BELOW, FOUND
 
 
 def capacity_figure(policies: list[dict[str, Any]], unit: str, lo: float) -> Any:
@@ -22,8 +23,8 @@ def capacity_figure(policies: list[dict[str, Any]], unit: str, lo: float) -> Any
     fig = go.Figure()
     for p in policies:
         value = p["capacity"] if p["capacity"] is not None else 0.0
-        words = {"found": "", "above": " (a lower bound: it met the SLOs at the top of the range)",
-                 "below": f" (below the range: it missed the SLOs at {lo:g})"}.get(p["status"], f" ({p['status']})")
+        words = {FOUND: "", ABOVE: " (a lower bound: it met the SLOs at the top of the range)",
+                 BELOW: f" (below the range: it missed the SLOs at {lo:g})"}.get(p["status"], f" ({p['status']})")
         fig.add_trace(go.Bar(
             x=[p["label"]], y=[value], name=p["label"], marker_color=colors[p["label"]],
             error_y={"type": "data", "array": [p["capacity_se"] or 0.0], "visible": p["capacity_se"] is not None},

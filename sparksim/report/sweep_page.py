@@ -20,7 +20,7 @@ from sparksim.plotting.pareto import figure_title, series_colors, series_labels,
 from sparksim.report.inputs import inputs_section, read_warnings, warnings_section
 from sparksim.report.page import Section, figure_html, number_text, paragraph, table_html
 from sparksim.sim.metrics import UNFINISHED_SHARE
-from sparksim.studies.frontier import overloaded, pareto_frontier, speedup_at_matched_throughput
+from sparksim.studies.frontier import overloaded, pareto_frontier, series_of, series_speedups
 
 # (column, name, unit) shown on hover and in the table, in this order, when the sweep has them
 FIGURES = shown(
@@ -123,15 +123,14 @@ def speedups(table: pd.DataFrame, baseline: str) -> tuple[pd.DataFrame, Any]:
     """Return each policy's matched-throughput speedup over `baseline` as a summary table and a figure."""
     import plotly.graph_objects as go
 
-    kept = table[~overloaded(table)]
-    labels = dict(zip(table["policy"], series_labels(table), strict=True))
+    # the terminal table's and pareto.png's series and speedups (one series per drafter where
+    # a policy was swept over drafters), each named by its label
+    labels = dict(zip(series_of(table), series_labels(table), strict=True))
     colors = series_colors(list(labels.values()))
     fig = go.Figure()
     rows = []
-    for policy in dict.fromkeys(table["policy"]):
-        if policy == baseline:
-            continue
-        sp = speedup_at_matched_throughput(kept, policy, baseline)
+    baseline, speedups_over = series_speedups(table, baseline)
+    for policy, sp in speedups_over:
         row: dict[str, Any] = {"policy": labels[policy], "matched throughputs": len(sp)}
         if len(sp):
             row |= {"tput/GPU from": float(sp["tput_per_gpu"].min()), "tput/GPU to": float(sp["tput_per_gpu"].max()),
