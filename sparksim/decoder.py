@@ -167,7 +167,12 @@ class Attention(nn.Module):
         q, k, v = (t.transpose(1, 2) for t in self.project(x, cos, sin))  # (B, heads, T, Dh)
         if past is not None:
             k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)  # (B, Hkv, S+T, Dh)
-        causal = mask is None and past is None and T > 1
+        if mask is None and past is not None and T > 1:
+            # causal among the new tokens, each after every past key: SDPA's is_causal aligns
+            # its triangle to the top left, which with a past would hide the new keys' order
+            S = k.shape[2] - T
+            mask = torch.ones(T, S + T, dtype=torch.bool, device=k.device).tril(diagonal=S)
+        causal = mask is None and T > 1
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
                                            enable_gqa=self.n_kv_heads != self.n_heads)  # (B, H, T, Dh)
         return self.out(y.transpose(1, 2).reshape(B, T, -1)), (k, v)

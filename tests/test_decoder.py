@@ -143,3 +143,8 @@ def test_a_cached_forward_equals_the_full_causal_forward_with_gqa() -> None:
                         torch.ones(2, 1, 4, 9, dtype=torch.bool).tril(5), past)
     assert k.shape == (2, 2, 9, 8) and v.shape == (2, 2, 9, 8)
     torch.testing.assert_close(torch.cat([first, rest], dim=1), full, rtol=1e-5, atol=1e-5)
+    # no mask with a past is causal too, as the docstring says (it had let the new tokens see
+    # each other both ways)
+    with torch.no_grad():
+        unmasked, _ = block(x[:, 5:], cos[pos[:, 5:]], sin[pos[:, 5:]], None, past)
+    torch.testing.assert_close(unmasked, rest, rtol=1e-5, atol=1e-5)

@@ -44,3 +44,19 @@ def test_confidences_lie_strictly_between_zero_and_one() -> None:
     assert ((c > 0) & (c < 1)).all()
     assert d.tokens.shape == (1, 1, 4)
     assert torch.allclose(d.probs.sum(-1), torch.ones(1, 1, 4))
+
+
+def test_a_headless_drafters_confidence_at_temperature_0_is_its_top_probability() -> None:
+    """DFlash has no head: its confidence is the top draft probability, of softmax(logits) at T = 0
+    (docs/drafter.md); the one-hot sampling distribution had made it 1 everywhere."""
+    target = tiny_target()
+    dflash = tiny_drafter(target, markov_rank=0, confidence_head=False).eval()
+    ids = torch.randint(0, 256, (1, 30), generator=torch.Generator().manual_seed(0))
+    _, hidden = target.forward_masked(ids, torch.arange(30)[None], None)
+    anchors = torch.tensor([[5, 12, 20]])
+    with torch.no_grad():
+        out = dflash.backbone(dflash.context(dflash.target_features(hidden)), ids, anchors)
+        greedy = draft(dflash, out, ids.gather(1, anchors), 0.0, torch.Generator().manual_seed(1))
+    top = torch.softmax(out.logits.float(), dim=-1).max(-1).values.clamp(1e-6, 1 - 1e-6)
+    torch.testing.assert_close(torch.sigmoid(greedy.conf_logits), top)
+    assert top.max() < 0.99  # an untrained drafter is far from sure

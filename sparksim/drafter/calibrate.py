@@ -3,7 +3,8 @@
 STS fits one temperature per draft position, left to right: T_k minimises the ECE of the
 cumulative product ∏_{i≤k} σ(logit_i / T_i) against the prefix-acceptance label
 1[accepted ≥ k], with T_1..T_{k−1} already fixed. Dividing a logit by T > 0 keeps its order,
-so rankings (and AUC) are unchanged; only the magnitudes move. NumPy only (no torch).
+so each position's own ranking (and AUC) is unchanged; the survival products of k ≥ 2 can
+reorder when the positions' temperatures differ. NumPy only (no torch).
 """
 
 from __future__ import annotations

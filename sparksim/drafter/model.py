@@ -232,9 +232,16 @@ def draft(model: Drafter, out: BlockOutput, anchor_ids: Tensor, temperature: flo
     prev_all = torch.cat([anchor_ids[..., None], tokens[:, :, :-1]], dim=-1)  # (B, A, γ)
     _, conf = model.heads(out, prev_all)
     if conf is None:  # DFlash has no head: use the top draft probability, as vllm-ascend does
-        top = probs.max(-1).values.clamp(1e-6, 1 - 1e-6)
-        conf = torch.log(top) - torch.log1p(-top)
+        conf = top_prob_logits(logits_all, temperature)  # at T = 0 of softmax(logits), not the one-hot
     return Draft(tokens, probs, conf.float())
+
+
+def top_prob_logits(logits: Tensor, temperature: float) -> Tensor:
+    """Return logit(max_v p(v)) (…,) of softmax(logits / T), or of softmax(logits) at T = 0: the
+    one-hot sampling distribution of T = 0 would say 1 everywhere, whatever the drafter believes."""
+    p = F.softmax(logits.float() / (temperature if temperature > 0 else 1.0), dim=-1)
+    top = p.max(-1).values.clamp(1e-6, 1 - 1e-6)
+    return torch.log(top) - torch.log1p(-top)
 
 
 def to_probs(logits: Tensor, temperature: float) -> Tensor:

@@ -13,12 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from sparksim.decoder import KV, MLP, Attention, Block, BlockConfig, RMSNorm, rope_angles
 from sparksim.drafter.deepspec.config import DeepSpecConfig
-from sparksim.drafter.model import block_mask, to_probs
+from sparksim.drafter.model import block_mask, to_probs, top_prob_logits
 from sparksim.drafter.target import sample_logits
 
 # --------------------------------------------------------------------------- blocks
@@ -92,13 +91,6 @@ class Proposal:
     probs: Tensor  # (B, A, γ, V) the sampling distributions (one-hot argmax at T = 0)
     conf_logits: Tensor  # (B, A, γ) float32 confidence logits (head, or the top-probability proxy)
     conf_from_head: bool  # False: logit of the top draft probability (DFlash, Eagle3)
-
-
-def top_prob_logits(logits: Tensor, temperature: float) -> Tensor:
-    """Return logit(max_v p(v)) (…,) of softmax(logits / T), or of softmax(logits) at T = 0."""
-    p = F.softmax(logits.float() / (temperature if temperature > 0 else 1.0), dim=-1)
-    top = p.max(-1).values.clamp(1e-6, 1 - 1e-6)
-    return torch.log(top) - torch.log1p(-top)
 
 
 # --------------------------------------------------------------------------- models
