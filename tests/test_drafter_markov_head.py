@@ -60,3 +60,8 @@ def test_a_headless_drafters_confidence_at_temperature_0_is_its_top_probability(
     top = torch.softmax(out.logits.float(), dim=-1).max(-1).values.clamp(1e-6, 1 - 1e-6)
     torch.testing.assert_close(torch.sigmoid(greedy.conf_logits), top)
     assert top.max() < 0.99  # an untrained drafter is far from sure
+
+
+def test_the_builtin_target_asked_for_no_tokens_answers_none() -> None:
+    # max_new_tokens = 0 had raised a NameError from inside the sampling loop.
+    assert tiny_target().generate([[1, 2, 3], [4]], 0, 1.0, None, eos_id=257, pad_id=258) == [[], []]

@@ -148,6 +148,8 @@ class BuiltinTarget(TargetAdapter):
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], max_new_tokens: int, temperature: float,
                  gen: torch.Generator | None, eos_id: int, pad_id: int) -> list[list[int]]:
+        if max_new_tokens <= 0:  # nothing to sample (the loop below would leave its index unset)
+            return [[] for _ in prompts]
         # Left-pad so every row's next token sits in the last column; pads are masked out as keys.
         B, P = len(prompts), max(len(p) for p in prompts)
         ids = torch.full((B, P), pad_id, dtype=torch.long)
