@@ -385,6 +385,26 @@ def _live(pair: Pair, policy: str, *sets: str, **kw: Any) -> RunResult:
     return live_simulate(sc, base, target=pair.target, drafter=pair.drafter, threads=1)
 
 
+def test_live_open_loop_and_think_times_pair_with_the_simulators(pair: Pair) -> None:
+    # A seed must give both engines the same requests: the live open loop had drawn every gap
+    # before any domain (the simulator alternates), ignored workload.think_time_s, and let a
+    # run that ended inside its warm-up report a negative window.
+    sc, base = load_scenario(None, [
+        f"profile={PROFILE}", f"traces={pair.traces}", "workload.kind=poisson", "workload.rate=5",
+        "run.max_requests=4", "run.duration_s=60", "cluster.max_concurrency=4", "policy.gamma=1"],
+        "static", presets=[f"{k}={v}" for k, v in LIVE_SCENARIO.items()])
+    sim = simulate(sc, base).requests.sort_values("request_id")
+    live = live_simulate(sc, base, target=pair.target, drafter=pair.drafter, threads=1)
+    got = live.requests.sort_values("request_id")
+    np.testing.assert_allclose(got["arrival_at"], sim["arrival_at"], rtol=0, atol=1e-12)
+    assert got["trace_request"].tolist() == sim["trace_request"].tolist()
+    assert live.summary["window"]["length_s"] == 0.0  # ended inside the 6 s warm-up: empty, not negative
+    res = _live(pair, "static:gamma=1", "workload.think_time_s=0.3", users=1, duration=2.0)
+    req = res.requests.sort_values("arrival_at")
+    gaps = req["arrival_at"].to_numpy()[1:] - req["finish_at"].to_numpy()[:-1]
+    assert len(gaps) >= 1 and (gaps >= 0.3 - 1e-9).all(), gaps
+
+
 # --------------------------------------------------------------------------- 4. accounting
 
 

@@ -366,7 +366,9 @@ class LiveEngine:
         self.request_records = Columns(REQUEST_COLUMNS)
         self.step_records = Columns(STEP_COLUMNS)
         self.waiting: deque[LiveRequest] = deque()
-        self.pending: deque[float] = deque()  # open loop: arrival times still to come
+        # arrivals still to come, in time order: (at, user, (domain, trace request) drawn when the
+        # arrival was planned, or None to draw at arrival); open-loop ones and thinking users'
+        self.pending: deque[tuple[float, int, tuple[int, int] | None]] = deque()
         self.next_id = 0
         self.arrived = self.arrived_in_window = self.finished = 0
         self.step_index = 0
@@ -379,9 +381,9 @@ class LiveEngine:
     def now(self) -> float:
         return time.perf_counter() - self.t0
 
-    def _new_request(self, at: float, user: int) -> None:
+    def _new_request(self, at: float, user: int, drawn: tuple[int, int] | None = None) -> None:
         rng = self.rng_users[user] if user >= 0 else self.rng_workload
-        dom, trace_req = self.sampler.draw(rng)
+        dom, trace_req = drawn if drawn is not None else self.sampler.draw(rng)
         self.waiting.append(LiveRequest(self.next_id, user, dom, trace_req, at, self.prompts[trace_req]))
         self.next_id += 1
         self.arrived += 1
@@ -395,7 +397,10 @@ class LiveEngine:
         limit = run.max_requests or math.inf
         at, count = 0.0, 0
         while count < limit and at <= run.duration_s:
-            self.pending.append(at)  # the first request arrives at t = 0, as the simulator's
+            # the simulator's draws in its order on the one stream: a request's domain and trace
+            # request, then the gap to the next (`Cluster._open_loop`), so a seed pairs the two
+            drawn = self.sampler.draw(self.rng_workload)
+            self.pending.append((at, -1, drawn))  # the first request arrives at t = 0, as the simulator's
             count += 1
             at += interarrival_s(self.rng_workload, wl)
 
@@ -413,15 +418,16 @@ class LiveEngine:
         last_report = 0.0
         while self.now() < horizon:
             now = self.now()
-            while self.pending and self.pending[0] <= now:
-                self._new_request(self.pending.popleft(), -1)
+            while self.pending and self.pending[0][0] <= now:
+                self._new_request(*self.pending.popleft())
             running = self.batch.running
             if not running and not self.waiting:
                 if not self.pending:
                     self.ended_at = now
-                    self.stats.window_end = min(self.stats.window_end, now)
+                    # never before the warm-up's end: an empty window, not a negative one
+                    self.stats.window_end = max(min(self.stats.window_end, now), self.stats.window_start)
                     break
-                time.sleep(max(self.pending[0] - now, 0.0))
+                time.sleep(max(self.pending[0][0] - now, 0.0))
                 continue
             if self.waiting and len(running) < self.max_concurrency:
                 self._prefill_step()
@@ -495,8 +501,12 @@ class LiveEngine:
         self.request_records.append_row(RequestRecord(
             r.request_id, r.user, 0, r.domain, r.trace_request, r.arrival_at, r.first_token_at, r.finish_at,
             len(r.prompt), out, out, r.decode_steps, r.verified, r.accepted, 0, 0))
-        if r.user >= 0:
-            self._new_request(now, r.user)
+        if r.user >= 0:  # the user's next request, after its think time (as the simulator's)
+            think = self.scenario.workload.think_time_s
+            if think > 0:
+                self.pending.append((now + think, r.user, None))
+            else:
+                self._new_request(now, r.user)
 
     def census(self) -> dict[str, int]:
         return {"arrived": self.arrived, "finished": self.finished, "running": len(self.batch.running),
