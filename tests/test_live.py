@@ -405,6 +405,40 @@ def test_live_open_loop_and_think_times_pair_with_the_simulators(pair: Pair) -> 
     assert len(gaps) >= 1 and (gaps >= 0.3 - 1e-9).all(), gaps
 
 
+def test_the_live_policy_is_shown_the_sync_pipelines_decision_time_as_the_simulators(
+        pair: Pair, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Greedy's and argmax's Θ read the step's whole price; the live engine had shown only the
+    # loop's time, so under cluster.pipeline=sync they optimised another Θ than in the simulator.
+    import sparksim.live.engine as live_engine
+
+    shown: list[float] = []
+    real = live_engine.choose_lengths
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        batch, lengths = real(*args, **kwargs)
+        shown.append(batch.cost.overhead_s - batch.cost.profile.loop_s(True, "decode", batch.num_requests))
+        return batch, lengths
+
+    monkeypatch.setattr(live_engine, "choose_lengths", spy)
+    _live(pair, "greedy", "cluster.pipeline=sync", "cluster.decision_s=0.002", duration=0.5)
+    assert shown and all(abs(d - 0.002) < 1e-12 for d in shown), shown[:5]
+
+
+def test_a_live_step_the_policy_says_not_to_draft_runs_no_drafter(pair: Pair, monkeypatch: pytest.MonkeyPatch) -> None:
+    # SmartSpec at k = 0 drafts only on the steps that recompute k (every `interval`-th), as
+    # in the simulator; the live engine had drafted and asked the policy every step.
+    import sparksim.live.engine as live_engine
+
+    asked: list[int] = []
+    real = live_engine.choose_lengths
+    monkeypatch.setattr(live_engine, "choose_lengths", lambda *a, **k: (asked.append(1), real(*a, **k))[1])
+    res = _live(pair, "smartspec:alpha=0.01,interval=5", "run.warmup_s=0", "run.cooldown_s=0", duration=1.0)
+    assert res.steps is not None
+    steps = int(((res.steps["num_requests"] > 0) & (res.steps["prefill_tokens"] == 0)).sum())
+    assert steps >= 10 and len(asked) <= steps // 5 + 1, (len(asked), steps)
+    assert int(res.requests["verified_drafts"].sum()) == 0
+
+
 # --------------------------------------------------------------------------- 4. accounting
 
 

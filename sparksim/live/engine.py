@@ -128,20 +128,22 @@ class LiveRequest:
 
 def choose_lengths(policy: Policy, profile: Profile, conf: np.ndarray[Any, np.dtype[np.float64]],
                    request_ids: list[int], kv_tokens: int, kv_longest: int, step_index: int,
-                   max_batch_tokens: int, positions: int, drafter: str | None
+                   max_batch_tokens: int, positions: int, drafter: str | None, decision_s: float = 0.0
                    ) -> tuple[StepBatch, np.ndarray[Any, np.dtype[np.int64]]]:
     """Ask the policy for ℓ as the simulator's engine asks it (same StepBatch, same cost), and check it.
 
-    `conf` (m, γ) holds the calibrated confidences of the drafted positions (zeros past them).
+    `conf` (m, γ) holds the calibrated confidences of the drafted positions (zeros past them);
+    `decision_s` the decision's time known before it (a sync pipeline's), which the price counts.
     Raises LiveError naming the step and the policy if the policy raises or answers out of range.
     """
     m = len(request_ids)
     batch = StepBatch(
         request_ids=np.array(request_ids, np.int64), conf=conf, survival=np.cumprod(conf, axis=1),
         fixed_tokens=m, max_tokens=max_batch_tokens,
-        # the engine loop's time before the step is part of its price, as the simulator's engine counts it
+        # the engine loop's time before the step and a sync pipeline's known decision time are
+        # part of its price, as the simulator's engine counts them (`Engine._plan`)
         cost=StepCost.for_decode(profile, m, kv_tokens, positions, drafter, kv_longest,
-                                 overhead_s=profile.loop_s(True, "decode", m)),
+                                 overhead_s=profile.loop_s(True, "decode", m) + decision_s),
         step_index=step_index)
     try:
         lengths = np.asarray(policy.decide(batch), dtype=np.int64)
@@ -220,11 +222,14 @@ class LiveBatch:
     def done(self, r: LiveRequest) -> bool:
         return r.tokens[-1] == self.models.eos_id or len(r.tokens) >= self.max_new
 
-    def decode(self, choose: Choose) -> DecodeOutcome:
-        """One decode step of every running request; `choose(conf)` returns the lengths ℓ (m,)."""
+    def decode(self, choose: Choose, drafting: bool = True) -> DecodeOutcome:
+        """One decode step of every running request; `choose(conf)` returns the lengths ℓ (m,).
+
+        `drafting=False` runs no drafter and asks `choose` nothing: a plain step (every ℓ = 0),
+        the drafter's KV still fed the kept tokens."""
         t_start = time.perf_counter()
         reqs = self.running
-        m, p = len(reqs), self.positions
+        m, p = len(reqs), self.positions if drafting else 0
         starts = [r.length for r in reqs]
         anchor_ids = torch.tensor([r.tokens[-1] for r in reqs], dtype=torch.long)
         lengths = np.zeros(m, dtype=np.int64)
@@ -375,6 +380,7 @@ class LiveEngine:
         self.t0 = 0.0
         self.ended_at: float | None = None
         self._step_batch: StepBatch | None = None  # the decode step's batch, for observe()
+        self.asks_drafting = type(policy).drafts_at is not Policy.drafts_at
 
     # ------------------------------------------------------------------ workload
 
@@ -461,16 +467,23 @@ class LiveEngine:
         running = self.batch.running
         # a request's context counts its anchor too (prompt + emitted), as the simulator's does
         kv, longest = sum(r.length for r in running) + len(running), max(r.length for r in running) + 1
+        cl = self.scenario.cluster
+        known = 0.0  # the decision time the policy is shown, as the simulator's engine shows it
+        if cl.pipeline == "sync":
+            known = (self.profile.decision_s(self.policy.name, len(running)) if cl.decision_s == "profile"
+                     else cl.decision_s if isinstance(cl.decision_s, float) else 0.0)
         self._step_batch, lengths = choose_lengths(
             self.policy, self.profile, conf, [r.request_id for r in running], kv, longest, self.step_index,
-            self.max_batch_tokens, self.positions, self.scenario.policy.drafter)
+            self.max_batch_tokens, self.positions, self.scenario.policy.drafter, known)
         return lengths
 
     def _decode_step(self) -> None:
         start_at = self.now()
         self._step_batch = None
         running = list(self.batch.running)
-        out = self.batch.decode(self._choose)
+        # a policy that sometimes drafts nothing says so before the step, as the simulator asks it
+        drafting = self.asks_drafting is False or self.policy.drafts_at(len(running))
+        out = self.batch.decode(self._choose, drafting)
         now = self.now()
         m, verified, emitted = len(running), int(out.lengths.sum()), sum(out.emitted)
         if self.stats.in_window(now):
