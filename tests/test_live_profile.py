@@ -286,3 +286,20 @@ def test_profile_live_runs_end_to_end_on_tiny_models(tmp_path: Path) -> None:
     assert len(points) == 2 * 2 * 5  # R x C x positions 0..γ (γ = 4)
     assert (points["verify_ms"] > 0).all()
     assert "sparksim profile live" in prof.card["command"]
+
+
+def test_the_live_attention_table_reaches_past_any_batch_a_run_holds() -> None:
+    # The loader holds the last request row's cost past it, so rows that stopped at 256 requests
+    # froze the c2·R term there; the fit's rows now reach 16,384 requests.
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from sparksim.live.fits import verify_tables
+
+    fit = SimpleNamespace(coef=[1.0, 0.01, 0.05, 0.0005, 0.0, 0.0, 0.0])
+    _, attention = verify_tables(fit, pd.DataFrame({"tokens": [64], "kv_tokens": [1000]}),  # type: ignore[arg-type]
+                                 [1, 8, 32])
+    top = attention[attention["requests"] == attention["requests"].max()]
+    assert int(top["requests"].iloc[0]) >= 16384
+    assert float(top["attn_ms"].min()) == 0.05 * int(top["requests"].iloc[0])

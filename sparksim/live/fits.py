@@ -96,7 +96,9 @@ def verify_tables(verify: LeastSquaresFit, points: pd.DataFrame, requests: list[
     top_t = max(int(points["tokens"].max()), 512)
     tokens = sorted({1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512, top_t})
     verify_csv = pd.DataFrame({"tokens": tokens, "step_ms": [c0 + c1 * x for x in tokens]})
-    req_rows = sorted({1, *requests, 2 * max(requests), 256})
+    # rows far past any batch a run can hold: the loader holds the last row's cost past it, so
+    # the c2·R term would stop growing there (it did past 256 requests)
+    req_rows = sorted({1, *requests, 2 * max(requests), 256, 1024, 4096, 16384})
     k_top = int(points["kv_tokens"].max()) * 4
     attention = pd.DataFrame([{"requests": rr, "kv_tokens": kk, "attn_ms": c2 * rr + c3 * kk}
                               for rr in req_rows for kk in (0, k_top)])
