@@ -24,6 +24,8 @@ from sparksim.cli import app
 from sparksim.errors import MissingExtraError
 from sparksim.studies.sweep import grid, parse_vary, run_sweep, study_inputs, write_sweep
 
+from .sweep_tables import two_drafter_sweep
+
 pytest.importorskip("plotly")
 
 CHROMIUM = next((shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome")
@@ -205,13 +207,7 @@ def test_the_reports_speedups_and_capacity_notes_follow_the_tables_rules() -> No
     from sparksim.report.sweep_page import speedups
     from sparksim.studies.capacity import ABOVE, BELOW
 
-    rows = []
-    for policy, label, gain in (("static:gamma=1", "static(gamma=1)", 1.0), ("two-step", "two-step", 2.0)):
-        for drafter, extra in (("mtp-1", 1.0), ("dspark-5", 1.5)):
-            for load in (1.0, 2.0, 4.0):
-                rows.append({"policy": policy, "label": f"{label}·{drafter}", "drafter": drafter,
-                             "tput_per_gpu": 100.0 * load, "interactivity": 50.0 * gain * extra / load})
-    table, _ = speedups(pd.DataFrame(rows), "static:gamma=1")
+    table, _ = speedups(two_drafter_sweep(), "static:gamma=1")
     assert dict(zip(table["policy"], table["speedup from"].round(6), strict=True)) == {
         "static(gamma=1)·dspark-5": 1.5, "two-step·mtp-1": 2.0, "two-step·dspark-5": 3.0}
     bars = [{"label": name, "policy": name, "capacity": cap, "capacity_se": None, "lowest": None, "runs": 2,

@@ -19,6 +19,8 @@ from sparksim.studies.sweep import (
     write_sweep,
 )
 
+from .sweep_tables import two_drafter_sweep
+
 
 def test_grid_is_the_product_of_axes_for_each_policy() -> None:
     axes = parse_vary(["workload.concurrency=1,8", "seed=0,1,2"])
@@ -128,13 +130,7 @@ def test_a_policy_swept_over_drafters_is_one_series_per_drafter_in_table_and_fig
     from sparksim.plotting.pareto import speedup_notes
     from sparksim.studies.frontier import series_of, series_speedups
 
-    rows = []
-    for policy, label, gain in (("static:gamma=1", "static(gamma=1)", 1.0), ("two-step", "two-step", 2.0)):
-        for drafter, extra in (("mtp-1", 1.0), ("dspark-5", 1.5)):
-            for load in (1.0, 2.0, 4.0):
-                rows.append({"policy": policy, "label": f"{label}·{drafter}", "drafter": drafter,
-                             "tput_per_gpu": 100.0 * load, "interactivity": 50.0 * gain * extra / load})
-    table = pd.DataFrame(rows)
+    table = two_drafter_sweep()
     assert list(dict.fromkeys(series_of(table))) == [
         "static:gamma=1 · mtp-1", "static:gamma=1 · dspark-5", "two-step · mtp-1", "two-step · dspark-5"]
     base, speedups = series_speedups(table, "static:gamma=1")
