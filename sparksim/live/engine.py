@@ -482,7 +482,7 @@ class LiveEngine:
         self._step_batch = None
         running = list(self.batch.running)
         # a policy that sometimes drafts nothing says so before the step, as the simulator asks it
-        drafting = self.asks_drafting is False or self.policy.drafts_at(len(running))
+        drafting = not self.asks_drafting or self.policy.drafts_at(len(running))
         out = self.batch.decode(self._choose, drafting)
         now = self.now()
         m, verified, emitted = len(running), int(out.lengths.sum()), sum(out.emitted)
