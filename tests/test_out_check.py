@@ -76,3 +76,15 @@ def test_a_file_out_must_not_be_a_folder(tmp_path: Path) -> None:
     with pytest.raises(OutputPathError, match="is a folder"):
         check_out(tmp_path, kind="file")
     check_out(tmp_path / "fig" / "x.png", kind="file")
+
+
+def test_run_never_replaces_a_folder_that_holds_something_else(no_simulation: None, tmp_path: Path) -> None:
+    # A run replaces its results folder whole; `--out results/sweep` had dropped a sweep's points/.
+    sweep = tmp_path / "sweep"
+    (sweep / "points").mkdir(parents=True)
+    (sweep / "points" / "a.json").write_text("{}")
+    result = runner.invoke(app, ["run", "-q", "--out", str(sweep)])
+    assert result.exit_code == 1
+    said = " ".join(result.output.split())
+    assert said.startswith(f"error: --out {sweep}: holds points, not a run's results"), said
+    assert (sweep / "points" / "a.json").read_text() == "{}"

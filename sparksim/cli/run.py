@@ -112,6 +112,7 @@ def run(
 ) -> None:
     """Simulate a scenario, print its summary and write results/<run>/."""
     # the simulator's modules load when a run starts, so `sparksim run --help` stays quick
+    from sparksim.errors import OutputPathError
     from sparksim.sim.invariants import InvariantError
     from sparksim.sim.runner import (
         check_determinism,
@@ -127,6 +128,12 @@ def run(
     sc, base = load_scenario(scenario, set_, policy)
     target = out or default_out_dir(sc)
     check_out(target)  # before simulating, not after the whole run
+    if target.is_dir() and not (target / "summary.json").is_file():
+        held = sorted(p.name for p in target.iterdir())
+        if held:  # a run replaces its folder whole: never a folder of something else (a sweep's points/)
+            raise OutputPathError(
+                f"--out {target}: holds {', '.join(held[:4])}{', ...' if len(held) > 4 else ''}, not a run's "
+                "results; a run replaces its folder whole, so give a new folder or an earlier run's")
     # the tables stream to files beside the results folder as the run goes (run.records.stream
     # auto or true), so a long run holds a row group of them, not the whole run's
     with records_folder(target) as records_dir:
