@@ -198,7 +198,10 @@ def test_the_cli_writes_a_calibrated_profile_whose_card_says_what_it_was_fitted_
     assert "drafter" in cal["kept"]
     assert card["parameters"]["compute_eff"]["value"] == cal["fitted"]["compute_eff"]["value"]
     assert card["parameters"]["compute_eff"]["source"].startswith("calibrated: fitted")
-    assert "held out" in result.output
+    assert "held out" in result.output and "no held-out errors" not in result.output
+    one = CliRunner().invoke(app, [*args[:args.index("--runs")], "--max-steps", "2", "--runs", str(paths[0])])
+    assert one.exit_code == 0, one.output  # one run: nothing to hold out, and it says so
+    assert "no held-out errors: leaving a run out needs two or more --runs" in " ".join(one.output.split())
     bad = CliRunner().invoke(app, ["profile", "calibrate", "--profile", str(BASE), "--out", str(out),
                                    "--runs", str(paths[0])])
     assert bad.exit_code != 0 and "--engine" in bad.output

@@ -119,3 +119,15 @@ def test_the_default_results_folder_of_a_plug_in_policy_is_one_folder() -> None:
     assert default_out_dir(sc) == Path("results") / "default-fixed_budget-FixedBudget-seed0"
     sc, _ = load_scenario(None, [], "two-step")
     assert default_out_dir(sc) == Path("results") / "default-two-step-seed0"
+
+
+def test_the_live_default_folder_names_the_load_a_run_was_served_at() -> None:
+    # Open-loop runs at two rates had shared one folder (it named the unused user count).
+    from sparksim.cli.live import live_out_dir
+    from sparksim.sim.runner import load_scenario
+
+    closed, _ = load_scenario(None, ["workload.concurrency=16"], "two-step")
+    assert live_out_dir(closed).name == "default-two-step-u16-seed0"
+    names = {live_out_dir(load_scenario(None, ["workload.kind=poisson", f"workload.rate={r}"], "two-step")[0]).name
+             for r in (5, 20)}
+    assert names == {"default-two-step-r5-seed0", "default-two-step-r20-seed0"}

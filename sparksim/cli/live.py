@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.markup import escape
@@ -55,7 +56,7 @@ def live(
         sets += [f"run.duration_s={duration}"]
     sc, base = load_scenario(scenario, [*sets, *set_], policy, presets=presets)
     sc = sc.model_copy(update={"name": f"live-{sc.name}"})
-    target_out = out or Path("results") / f"{sc.name}-{sc.policy.name}-u{sc.workload.concurrency}-seed{sc.seed}"
+    target_out = out or live_out_dir(sc)
     check_out(target_out)
 
     def progress(now: float, steps: int) -> None:
@@ -77,3 +78,10 @@ def live(
 def register(app: typer.Typer) -> None:
     """Add `live` to `app`."""
     app.command("live")(live)
+
+
+def live_out_dir(sc: Any) -> Path:
+    """results/<scenario>-<policy>-<load>-seed<seed>: the load is the users of a closed loop or the
+    rate of an open one (`r20`), so runs at two rates never share a folder."""
+    load = f"u{sc.workload.concurrency}" if sc.workload.kind == "closed" else f"r{sc.workload.rate:g}"
+    return Path("results") / f"{sc.name}-{sc.policy.name}-{load}-seed{sc.seed}"

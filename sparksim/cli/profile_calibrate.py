@@ -108,6 +108,9 @@ def calibrate(
                      + ([loro.assign(profile="held out")] if loro is not None else []))
     console.print(both[["profile", *cols]].to_string(index=False, formatters=fmt,
                                                      float_format="{:,.1f}".format), highlight=False)
+    if held_out and loro is None:  # one run: nothing to hold out, and the errors above are all fitted
+        err_console.print("[yellow]note:[/] no held-out errors: leaving a run out needs two or more --runs; "
+                          "every error above is on a run the fit saw", highlight=False)
     if result.at_bound:
         err_console.print(f"[yellow]warning:[/] {', '.join(sorted(result.at_bound))} ended at a bound: "
                           "the runs pull it past what is physical; check the engine settings and "
