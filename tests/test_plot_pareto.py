@@ -142,3 +142,18 @@ def test_point_labels_never_cover_each_other() -> None:
             assert not a.overlaps(boxes[j]), (texts[i], texts[j])
     assert texts.count("128, 256") == 3  # one per policy: its two saturated points coincide
     assert len(texts) >= 3 * 7  # at most a few labels left out, and only where no free place was left
+
+
+def test_a_point_without_figures_is_said_to_be_left_out_not_dominated() -> None:
+    # A NaN point (no request finished in its window) had counted as dominated: the legend
+    # explained hollow points that were not drawn, and nothing said one was missing.
+    table = sweep_table()
+    table.loc[7, "tput_per_gpu"] = 26000.0 * 0.8  # two-step's last point back on its frontier
+    table.loc[3, "interactivity"] = float("nan")
+    fig = pareto_figure(table, meta=META, baseline="two-step")
+    legend = [t.get_text() for leg in fig.legends for t in leg.get_texts()]
+    legend += [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
+    notes = " ".join(t.get_text() for ax in fig.axes if not ax.axison for t in ax.texts)
+    assert not any(text.startswith("dominated") for text in legend), legend
+    assert "1 point(s) not drawn" in " ".join(notes.split())
+    pyplot().close(fig)
