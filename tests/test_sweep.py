@@ -142,3 +142,17 @@ def test_a_policy_swept_over_drafters_is_one_series_per_drafter_in_table_and_fig
         "static(gamma=1)·dspark-5 vs static(gamma=1)·mtp-1", "two-step·mtp-1 vs static(gamma=1)·mtp-1",
         "two-step·dspark-5 vs static(gamma=1)·mtp-1"]
     assert "×3.00" in notes[2]
+
+
+def test_a_swept_top_level_key_is_a_swept_column() -> None:
+    # `--vary seed=0,1,2` had left its points unlabelled in the figure and in warnings.json:
+    # only dotted names counted as swept.
+    from sparksim.plotting.pareto import varied_columns
+    from sparksim.studies.sweep import point_warnings
+
+    table = pd.DataFrame({"policy": ["greedy", "greedy"], "label": ["greedy", "greedy"], "seed": [0, 1],
+                          "workload.rate": [2.0, 2.0], "tput_per_gpu": [1.0, 2.0],
+                          "warnings": [[], ["slow"]]})
+    assert varied_columns(table) == ["seed", "workload.rate"]
+    assert point_warnings(table) == [{"policy": "greedy", "label": "greedy", "seed": 1, "workload.rate": 2.0,
+                                      "warnings": ["slow"]}]

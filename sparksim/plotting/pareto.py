@@ -21,7 +21,13 @@ import pandas as pd
 from sparksim.atomic import atomic_file
 from sparksim.plotting import pyplot
 from sparksim.sim.metrics import UNFINISHED_SHARE
-from sparksim.studies.frontier import overloaded, pareto_frontier, series_of, series_speedups
+from sparksim.studies.frontier import (
+    overloaded,
+    pareto_frontier,
+    series_of,
+    series_speedups,
+    swept_columns,
+)
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -72,8 +78,8 @@ def series_colors(labels: Sequence[str]) -> dict[str, str]:
 
 
 def varied_columns(table: pd.DataFrame) -> list[str]:
-    """Return the swept keys (`workload.concurrency`, ...): the row's columns with a dotted name."""
-    return [c for c in table.columns if "." in str(c)]
+    """Return the swept keys (`workload.concurrency`, `seed`, ...): `frontier.swept_columns`."""
+    return swept_columns(table)
 
 
 def _value(v: Any) -> str:

@@ -93,3 +93,13 @@ def series_speedups(table: pd.DataFrame, baseline: str) -> tuple[str, list[tuple
     kept = table.assign(policy=series)[~overloaded(table)]
     return base, [(name, speedup_at_matched_throughput(kept, name, base))
                   for name in dict.fromkeys(series) if name != base]
+
+
+# a scenario's top-level keys a sweep may vary (`--vary seed=0,1,2`): a row's column of that
+# name is a swept value, as is every dotted one (`workload.concurrency`); no metric is so named
+TOP_LEVEL_KEYS = ("name", "seed", "profile", "lookup", "traces", "trace_block")
+
+
+def swept_columns(table: pd.DataFrame) -> list[str]:
+    """Return a sweep table's swept keys, in column order: dotted names and top-level keys."""
+    return [c for c in table.columns if "." in str(c) or c in TOP_LEVEL_KEYS]

@@ -31,6 +31,7 @@ import yaml
 from sparksim.atomic import atomic_file, write_text
 from sparksim.config import parse_value
 from sparksim.errors import ConfigError, MissingExtraError
+from sparksim.studies.frontier import swept_columns
 from sparksim.studies.sweep_pool import start_pool, stop_pool
 from sparksim.studies.sweep_store import PointStore, code_fingerprint, fingerprint_files
 
@@ -316,7 +317,7 @@ def run_rows(
 
 def point_warnings(table: pd.DataFrame) -> list[dict[str, Any]]:
     """Return the points of `table` that gave warnings: policy, label, swept values and messages."""
-    varied = [c for c in table.columns if "." in str(c)]
+    varied = swept_columns(table)
     return [{"policy": row["policy"], "label": row.get("label", row["policy"]),
              **{k: row[k] for k in varied}, "warnings": list(row["warnings"])}
             for row in table.to_dict("records") if isinstance(row["warnings"], list) and row["warnings"]]
