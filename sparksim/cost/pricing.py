@@ -33,7 +33,20 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from sparksim.config_sections import ClusterConfig
 from sparksim.cost.profile import Profile
+
+
+def known_decision_s(cluster: ClusterConfig, profile: Profile, policy: str, requests: int) -> float:
+    """The decision time a drafting step of `requests` is known to take before its policy runs,
+    which its price counts (`StepCost.overhead_s`): under `cluster.pipeline: sync`, the constant
+    `cluster.decision_s` or the profile's figure for `policy` (`decision_s: profile`); none under
+    zos, and none yet when it is `measured` (timed as it runs). One rule for both engines."""
+    if cluster.pipeline != "sync":
+        return 0.0
+    if cluster.decision_s == "profile":
+        return profile.decision_s(policy, requests)
+    return cluster.decision_s if isinstance(cluster.decision_s, float) else 0.0
 
 
 class StepPrice(NamedTuple):  # a tuple: made every step, and a frozen dataclass costs µs to build

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from sparksim.config import Scenario
-from sparksim.cost.pricing import StepCost
+from sparksim.cost.pricing import StepCost, known_decision_s
 from sparksim.cost.profile import Profile
 from sparksim.drafter.model import Drafter, draft, to_probs
 from sparksim.drafter.target import TinyLM
@@ -467,11 +467,8 @@ class LiveEngine:
         running = self.batch.running
         # a request's context counts its anchor too (prompt + emitted), as the simulator's does
         kv, longest = sum(r.length for r in running) + len(running), max(r.length for r in running) + 1
-        cl = self.scenario.cluster
-        known = 0.0  # the decision time the policy is shown, as the simulator's engine shows it
-        if cl.pipeline == "sync":
-            known = (self.profile.decision_s(self.policy.name, len(running)) if cl.decision_s == "profile"
-                     else cl.decision_s if isinstance(cl.decision_s, float) else 0.0)
+        # the decision time the policy is shown, by the simulator's engine's rule
+        known = known_decision_s(self.scenario.cluster, self.profile, self.policy.name, len(running))
         self._step_batch, lengths = choose_lengths(
             self.policy, self.profile, conf, [r.request_id for r in running], kv, longest, self.step_index,
             self.max_batch_tokens, self.positions, self.scenario.policy.drafter, known)

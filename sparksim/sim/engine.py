@@ -29,7 +29,7 @@ import simpy
 from numpy.typing import NDArray
 
 from sparksim.config import Scenario
-from sparksim.cost.pricing import StepCost
+from sparksim.cost.pricing import StepCost, known_decision_s
 from sparksim.cost.profile import Profile
 from sparksim.policies.base import Policy, StepBatch, drafted_positions
 from sparksim.sim.prefix_cache import PrefixCache
@@ -118,10 +118,9 @@ class Engine(Scheduler):
         self.max_concurrency = cl.max_concurrency
         self.max_batch_tokens = cl.max_batch_tokens
         self.kv_capacity = kv_capacity_tokens(scenario, profile) or 1 << 62
+        self.cluster = cl
         self.sync_decision = cl.pipeline == "sync"
-        self.decision_const_s = cl.decision_s if isinstance(cl.decision_s, float) else 0.0
         self.measure_decision = cl.pipeline == "sync" and cl.decision_s == "measured"
-        self.profiled_decision = cl.pipeline == "sync" and cl.decision_s == "profile"
         self.drafts = policy.drafts
         self.draft_positions = drafted_positions(policy, profile, scenario.policy.drafter, traces.gamma)
         self.drafter = scenario.policy.drafter
@@ -229,8 +228,7 @@ class Engine(Scheduler):
         self._drafting = drafting  # a step without drafts verifies none (`_decide`)
         decision_s = 0.0  # known before the policy runs (sync pipeline), so its Θ counts it
         if drafting and self.sync_decision:
-            decision_s = (self.profile.decision_s(self.policy.name, m) if self.profiled_decision
-                          else self.decision_const_s)
+            decision_s = known_decision_s(self.cluster, self.profile, self.policy.name, m)
         cost = StepCost.for_step(
             self.profile, requests=m, kv_tokens=kv_tokens,
             kv_longest=int(self.state[CONTEXT, :m].max()) if self.attn_padded and m else 0,
