@@ -254,9 +254,11 @@ def pareto_figure(table: pd.DataFrame, *, meta: Mapping[str, Any] | None = None,
         caption.append(f"{int(hot.sum())} point(s) marked × are left out of the speedups: over "
                        f"{UNFINISHED_SHARE:.0%} of the requests that arrived in the steady window were "
                        "unfinished at the horizon (queue still growing).")
-    missing = ~np.isfinite(table[["interactivity", "tput_per_gpu"]].to_numpy(np.float64)).all(axis=1)
-    if missing.any():  # a point without a figure (no request finished in its window) has no place here
-        caption.append(f"{int(missing.sum())} point(s) not drawn: no tok/s per user or throughput "
+    # a point without a figure (no request finished in its window) has no place on the axes
+    drawn = pd.Series(np.isfinite(table[["interactivity", "tput_per_gpu"]].to_numpy(np.float64)).all(axis=1),
+                      index=table.index)
+    if not drawn.all():
+        caption.append(f"{int((~drawn).sum())} point(s) not drawn: no tok/s per user or throughput "
                        "(no request finished in the steady window).")
     caption = [line for text in caption for line in textwrap.wrap(text, 150, subsequent_indent="      ")]
 
@@ -280,8 +282,7 @@ def pareto_figure(table: pd.DataFrame, *, meta: Mapping[str, Any] | None = None,
         style = "-" if bool(grp["lossless"].iloc[0]) else "--"
         front = pareto_frontier(grp)
         on_front = grp.index.isin(front.index)
-        drawn = np.isfinite(grp[["interactivity", "tput_per_gpu"]].to_numpy(np.float64)).all(axis=1)
-        dominated_any |= bool((drawn & ~on_front).any())  # a point with no figure is not dominated
+        dominated_any |= bool((drawn[grp.index] & ~on_front).any())  # a point not drawn is not dominated
         ax.scatter(grp.loc[on_front, "interactivity"], grp.loc[on_front, "tput_per_gpu"], s=22, color=color,
                    zorder=3)
         ax.scatter(grp.loc[~on_front, "interactivity"], grp.loc[~on_front, "tput_per_gpu"], s=22,

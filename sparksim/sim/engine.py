@@ -384,8 +384,9 @@ class Engine(Scheduler):
 
         Regularly, a request that also ran the step before waited exactly `gap_s` (the engine
         loop's time before this step, then the step) and one that joined since waited from its
-        last emission (prefill, transfer, queueing, recompute). After a step some running request sat out (a prefill-first iteration,
-        the context cap), every gap is read from its slot's last emission.
+        last emission (prefill, transfer, queueing, recompute). After a step some running
+        request sat out (a prefill-first iteration, the context cap), every gap is read from
+        its slot's last emission.
         """
         stats = self.stats
         if irregular:

@@ -33,7 +33,7 @@ from sparksim.config import parse_value
 from sparksim.errors import ConfigError, MissingExtraError
 from sparksim.studies.frontier import swept_columns
 from sparksim.studies.sweep_pool import start_pool, stop_pool
-from sparksim.studies.sweep_store import PointStore, code_fingerprint, fingerprint_files
+from sparksim.studies.sweep_store import PACKAGE, PointStore, code_fingerprint, fingerprint_files
 
 if TYPE_CHECKING:
     from sparksim.config import Scenario
@@ -154,7 +154,7 @@ def policy_source(name: str) -> list[Path]:
     from sparksim.policies import resolve
 
     source = inspect.getsourcefile(resolve(name))
-    if source is None or Path(source).resolve().is_relative_to(Path(__file__).resolve().parents[1]):
+    if source is None or Path(source).resolve().is_relative_to(PACKAGE):
         return []
     return [Path(source)]
 

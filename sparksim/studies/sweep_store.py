@@ -70,18 +70,20 @@ def fingerprint_files(paths: list[Path]) -> list[tuple[str, int, int]]:
     return found
 
 
+PACKAGE = Path(__file__).resolve().parents[1]  # the sparksim package's folder
+
+
 def source_files() -> list[Path]:
     """Every Python file of the sparksim package, sorted."""
-    return sorted(Path(__file__).resolve().parents[1].rglob("*.py"))
+    return sorted(PACKAGE.rglob("*.py"))
 
 
 @functools.cache
 def code_fingerprint() -> str:
     """Return a hash of sparksim's own source (the whole package), so points simulated by other
     code are not reused."""
-    root = Path(__file__).resolve().parents[1]
     digest = hashlib.sha256()
     for f in source_files():
-        digest.update(str(f.relative_to(root)).encode())
+        digest.update(str(f.relative_to(PACKAGE)).encode())
         digest.update(f.read_bytes())
     return digest.hexdigest()
