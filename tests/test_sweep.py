@@ -114,12 +114,19 @@ def test_a_baseline_that_is_not_a_swept_policy_is_refused_before_the_sweep(
 
 
 @pytest.mark.parametrize("command", ["sweep", "capacity"])
-def test_a_worker_count_below_one_is_refused(command: str) -> None:
+def test_a_worker_count_below_one_is_refused(command: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # --workers -1 had run the points one after another without a word.
     from typer.testing import CliRunner
 
+    import sparksim.studies.capacity
+    import sparksim.studies.sweep
     from sparksim.cli import app
 
+    def forbidden(*args: object, **kwargs: object) -> None:
+        raise AssertionError("ran before refusing --workers")  # a broken check fails at once
+
+    monkeypatch.setattr(sparksim.studies.sweep, "run_sweep", forbidden)
+    monkeypatch.setattr(sparksim.studies.capacity, "find_capacity", forbidden)
     result = CliRunner().invoke(app, [command, "--workers", "-1"])
     assert result.exit_code == 2 and "--workers" in result.output
 
