@@ -248,13 +248,12 @@ breakdown = pd.DataFrame(terms).fillna(0.0)
 print(breakdown.to_string(float_format=lambda v: f"{v:,.1f}"))
 
 # %% [markdown]
-# ## What would close the decode gap, and the prefill attention form
+# ## What would close the decode gap
 #
-# Decode: at DeepSeek's published operating point (the requests its figures imply at 21
-# tok/s) the model's step, and the step those figures imply. Prefill: sparksim prices MLA
-# attention in its absorbed decode form, 2·heads·(2·512 + 64) FLOPs per (query, key) pair
-# per layer; prefill kernels run it unabsorbed, 2·heads·(192 + 128): the same batch with
-# the attention term at the unabsorbed count, to show what that choice is worth.
+# At DeepSeek's published operating point (the requests its figures imply at 21 tok/s) the
+# model's step, and the step those figures imply. (Prefill prices MLA attention as the
+# engines run it there: materialised, 2·heads·(192 + 128) FLOPs per (query, key) pair per
+# layer, at the BF16 peak; `ModelSpec.prefill_attention_flops_per_pair`.)
 
 # %%
 implied_users = round(14_800 * 18 / TARGET_TOK_S)
@@ -262,15 +261,6 @@ price = decode_price(profiles["deepseek decode"], implied_users, DS_KV, True)
 print(f"DeepSeek decode at {implied_users:,} requests ({implied_users / 144:.0f}/GPU): predicted step "
       f"{price.total_s * 1e3:.1f} ms ({(1 + MTP_ACCEPT) / price.total_s:.1f} tok/s per user), "
       f"published figures imply {(1 + MTP_ACCEPT) / TARGET_TOK_S * 1e3:.1f} ms")
-absorbed = 2 * MODEL.num_heads * (2 * MODEL.kv_lora_rank + MODEL.qk_rope_head_dim)
-unabsorbed = 2 * MODEL.num_heads * (MODEL.qk_nope_head_dim + MODEL.qk_rope_head_dim + MODEL.v_head_dim)
-for name in ("deepseek prefill", "sglang prefill"):
-    unit, p, t = UNITS[name], points[name], terms[name]
-    step = t["step"] - t["attention (causal)"] * (1 - unabsorbed / absorbed)
-    prompt = DS_PROMPT if name.startswith("deepseek") else SGL_PROMPT
-    per_node = p["requests"] * prompt / (step / 1e3) / unit.parallel.nodes
-    print(f"{name}: attention unabsorbed ({unabsorbed:,} vs {absorbed:,} FLOPs per pair per layer): step "
-          f"{step:,.0f} ms, {per_node:,.0f} tok/s per node, ratio {per_node / unit.published_per_node:.2f}")
 
 # %% [markdown]
 # ## The all-to-all at DeepEP's measured speed

@@ -158,13 +158,14 @@ GROUPED_GEMM_SOURCE = ("DeepGEMM README (deepseek-ai/DeepGEMM @ 55ab91f, 2025-03
 DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
 
 TERA = 1e12
+MIB = 1 << 20
 
 GPUS: dict[str, HardwareSpec] = {
     "h100": HardwareSpec(
         name="NVIDIA H100 SXM5 80GB",
         peak_flops=989.4 * TERA,
         mem_bytes_per_s=3.35 * TERA,
-        hbm_bytes=80e9,
+        hbm_bytes=81_559 * MIB,  # nvidia-smi memory.total
         peak_flops_fp8=1978.9 * TERA,
         link_bytes_per_s=450e9,
         **MEASURED_EFFICIENCY["hopper"],
@@ -176,7 +177,7 @@ GPUS: dict[str, HardwareSpec] = {
         name="NVIDIA H200 SXM 141GB",
         peak_flops=989.4 * TERA,
         mem_bytes_per_s=4.8 * TERA,
-        hbm_bytes=141e9,
+        hbm_bytes=143_771 * MIB,  # nvidia-smi memory.total
         peak_flops_fp8=1978.9 * TERA,
         link_bytes_per_s=450e9,
         **MEASURED_EFFICIENCY["hopper"],
@@ -188,7 +189,7 @@ GPUS: dict[str, HardwareSpec] = {
         name="NVIDIA A100 SXM4 80GB",
         peak_flops=312 * TERA,
         mem_bytes_per_s=2.039 * TERA,
-        hbm_bytes=80e9,
+        hbm_bytes=81_920 * MIB,  # nvidia-smi memory.total
         peak_flops_fp8=None,
         link_bytes_per_s=300e9,
         **MEASURED_EFFICIENCY["a100"],
@@ -200,7 +201,7 @@ GPUS: dict[str, HardwareSpec] = {
         name="NVIDIA H800 SXM5 80GB",
         peak_flops=989.4 * TERA,
         mem_bytes_per_s=3.35 * TERA,
-        hbm_bytes=80e9,
+        hbm_bytes=81_559 * MIB,  # nvidia-smi memory.total
         peak_flops_fp8=1978.9 * TERA,
         link_bytes_per_s=200e9,
         **MEASURED_EFFICIENCY["hopper"],
@@ -212,7 +213,7 @@ GPUS: dict[str, HardwareSpec] = {
         name="NVIDIA B200 (HGX B200)",
         peak_flops=2250 * TERA,
         mem_bytes_per_s=8.0 * TERA,
-        hbm_bytes=180e9,
+        hbm_bytes=183_359 * MIB,  # nvidia-smi memory.total
         peak_flops_fp8=4500 * TERA,
         link_bytes_per_s=900e9,
         **MEASURED_EFFICIENCY["b200"],
@@ -223,7 +224,7 @@ GPUS: dict[str, HardwareSpec] = {
         name="NVIDIA GB200 (NVL72)",
         peak_flops=2500 * TERA,
         mem_bytes_per_s=8.0 * TERA,
-        hbm_bytes=186e9,
+        hbm_bytes=189_471 * MIB,  # nvidia-smi memory.total
         peak_flops_fp8=5000 * TERA,
         link_bytes_per_s=900e9,
         gpus_per_node=72,
@@ -239,7 +240,10 @@ GPUS: dict[str, HardwareSpec] = {
 FIELD_SOURCES: dict[str, str] = {
     "peak_flops": "datasheet (see hardware_source)",
     "mem_bytes_per_s": "datasheet (see hardware_source)",
-    "hbm_bytes": "datasheet (see hardware_source)",
+    "hbm_bytes": "nvidia-smi's memory.total, which torch.cuda.mem_get_info reports and vLLM's "
+    "gpu_memory_utilization multiplies (public nvidia-smi outputs: A100-SXM4-80GB 81,920 MiB, "
+    "H100 80GB HBM3 and H800 81,559 MiB, H200 143,771 MiB, B200 183,359 MiB, GB200 189,471 MiB); "
+    "the datasheets' '80 GB' is GiB-sized",
     "peak_flops_fp8": "datasheet (see hardware_source)",
     "compute_eff": "measured, published: large BF16 GEMMs (MEASURED_EFFICIENCY: H100/H200 torchao "
     "roofline_utils 0.69; A100 and B200 the ml-engineering MAMF table scaled by the H100's "

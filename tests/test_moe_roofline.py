@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sparksim.cost.draft_step import DSPARK_5, DSPARK_5_MOE, MTP_1, DrafterShape, roofline_draft_ms
 from sparksim.cost.models import PRESETS, ModelSpec
 from sparksim.cost.parallelism import Parallelism, collective_ms
 from sparksim.cost.profile import load_profile, write_profile
@@ -23,6 +24,7 @@ from sparksim.cost.target_step import (
     attention_ms,
     dense_bytes,
     dense_verify_ms,
+    prefill_attention_coef_ms,
 )
 from sparksim.errors import ConfigError
 from sparksim.hardware import GPUS
@@ -79,6 +81,20 @@ def test_mla_caches_one_latent_per_token_per_layer() -> None:
     assert 36e9 < DSV3.active_params + DSV3.vocab * DSV3.hidden < 38e9
 
 
+def test_mla_prefills_in_its_materialised_form_at_the_bf16_peak() -> None:
+    """Prompt attention runs MLA as plain attention of QK head dim 128 + 64 and V head dim 128
+    (the engines' "compute friendly" prefill), in BF16 for an FP8 model as for a BF16 one."""
+    assert DSV3.prefill_attention_flops_per_pair == 61 * 2 * 128 * (128 + 64 + 128)
+    assert QWEN.prefill_attention_flops_per_pair == QWEN.attention_flops_per_pair
+    dp8 = Parallelism(8, "dp-ep")
+    fp8 = prefill_attention_coef_ms(H200, DSV3, dtype_bytes=1, parallel=dp8)
+    assert fp8 == prefill_attention_coef_ms(H200, DSV3, dtype_bytes=2, parallel=dp8)
+    assert fp8 == pytest.approx(DSV3.prefill_attention_flops_per_pair / 2 / 8
+                                / (H200.peak_for(2) * H200.attn_compute_eff) * 1e3, rel=1e-12)
+    # a GQA model's prompt attention still follows its weights' dtype
+    assert prefill_attention_coef_ms(H200, QWEN, dtype_bytes=1) < prefill_attention_coef_ms(H200, QWEN)
+
+
 def test_tensor_parallel_divides_bytes_and_pays_two_all_reduces_per_layer() -> None:
     tp2 = Parallelism(2, "tp")
     t = np.array([1, 256])
@@ -122,6 +138,19 @@ def test_expert_parallel_keeps_dense_parts_on_every_gpu_and_splits_experts() -> 
     np.testing.assert_allclose(a2a, want, rtol=1e-12)
 
 
+@pytest.mark.parametrize("drafter", [DSPARK_5, MTP_1], ids=lambda d: d.kind)
+def test_a_dense_drafter_under_dp_attention_drafts_each_gpus_own_requests(drafter: DrafterShape) -> None:
+    """dp-ep keeps a dense drafter whole on every GPU, as the target's attention, and gives each
+    GPU 1/G of the requests: G GPUs drafting G·R requests take one GPU's time at R (the same
+    weights read, 1/G of the KV and activations each, no collective)."""
+    r = np.array([1.0, 64.0, 512.0])
+    for gpus in (8, 32):
+        ep = Parallelism(gpus, "dp-ep", nodes=gpus // 8)
+        got = roofline_draft_ms(H200, DSV3, gpus * r, drafter=drafter, context=4096, dtype_bytes=1, parallel=ep)
+        want = roofline_draft_ms(H200, DSV3, r, drafter=drafter, context=4096, dtype_bytes=1)
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
 @pytest.mark.parametrize(("model", "parallel", "needle"), [
     (MOE, Parallelism(3, "tp"), "num_heads=32"),
     (QWEN, Parallelism(8, "dp-ep"), "num_experts=0"),
@@ -146,6 +175,20 @@ def test_a_deepseek_profile_loads_with_its_gpus_and_compute_bound_attention(tmp_
     assert prof.gpus_per_replica == 8 and set(prof.drafters) == {"dspark-5", "mtp-1"}
     assert prof.drafter("mtp-1").kind == "mtp" and prof.attention_compute_coef_ms > 0
     assert prof.kv_capacity_tokens() > 1_000_000
+
+
+def test_dp_attention_holds_the_drafters_dense_part_on_every_gpu_as_the_targets() -> None:
+    """Each of G GPUs holds the target's and the drafter's attention, dense layers and shared
+    experts; the routed experts of both are divided among them (no redundant copies here)."""
+    g = 8
+    _, _, card = analytic_profile(H200, DSV3, dtype="fp8", parallel=Parallelism(g, "dp-ep"),
+                                  drafters=[DSPARK_5_MOE], max_tokens=64, max_requests=8)
+    d = DSPARK_5_MOE
+    routed = DSV3.moe_layers * DSV3.num_experts * DSV3.expert_params
+    drafter = d.num_layers * DSV3.moe_layer_params + d.num_target_features * DSV3.hidden**2
+    drafter_routed = d.num_layers * DSV3.num_experts * DSV3.expert_params
+    per_gpu = (DSV3.params - routed) + (drafter - drafter_routed) + (routed + drafter_routed) / g
+    assert card["memory"]["weights_bytes"] == pytest.approx(g * per_gpu, rel=1e-12)  # FP8: a byte each
 
 
 def test_a_multi_node_all_to_all_sends_the_off_node_share_over_the_network() -> None:

@@ -163,6 +163,28 @@ def draft_flops(
     )
 
 
+def draft_weight_bytes(
+    model: ModelSpec,
+    drafter: DrafterShape,
+    requests: ArrayLike,
+    *,
+    positions: ArrayLike | None = None,
+    dtype_bytes: int = 2,
+) -> NDArray[np.float64]:
+    """Return the weight bytes one drafting step reads (its layers, projection, LM head and
+    Markov head): every pass of a pass-based drafter reads them again, a block drafter once."""
+    d = drafter
+    r = np.asarray(requests, dtype=np.float64)
+    p = np.asarray(d.gamma if positions is None else positions, dtype=np.float64)
+    if d.kind != "block":
+        return p * dtype_bytes * (_drafter_layer_read(model, d, r) + fc_params(model, d)
+                                  + head_params(model, d))
+    vocab = d.draft_vocab or model.vocab
+    markov = p * dtype_bytes * d.markov_rank * vocab  # the sequential loop reads W2 per position
+    return dtype_bytes * (_drafter_layer_read(model, d, r * p) + fc_params(model, d)
+                          + head_params(model, d)) + markov
+
+
 def draft_bytes(
     model: ModelSpec,
     drafter: DrafterShape,
@@ -172,31 +194,25 @@ def draft_bytes(
     positions: ArrayLike | None = None,
     dtype_bytes: int = 2,
 ) -> NDArray[np.float64]:
-    """Return the HBM bytes one drafting step moves: weights (per pass), LM head, KV, activations."""
+    """Return the HBM bytes one drafting step moves: weights (`draft_weight_bytes`), KV, activations."""
     d = drafter
     r = np.asarray(requests, dtype=np.float64)
     c = np.asarray(context, dtype=np.float64)
     p = np.asarray(d.gamma if positions is None else positions, dtype=np.float64)
+    weights = draft_weight_bytes(model, d, r, positions=p, dtype_bytes=dtype_bytes)
     kv_elems = _drafter_kv_elems(model, d)
     kv_s = kv_dtype_bytes(model, dtype_bytes)
     vocab = d.draft_vocab or model.vocab
     act_per_token = (dtype_bytes * (d.num_layers * layer_act_elems(model) + model.hidden)
                      + LOGIT_BYTES * vocab)
-    if d.kind != "block":  # every pass reads the weights and the context's KV again
-        weights = dtype_bytes * (_drafter_layer_read(model, d, r) + fc_params(model, d)
-                                 + head_params(model, d))
-        per_pass = weights + r * c * kv_elems * kv_s + r * (
-            act_per_token + kv_elems * kv_s)
-        return p * per_pass
+    if d.kind != "block":  # every pass reads the context's KV again
+        return weights + p * (r * c * kv_elems * kv_s + r * (act_per_token + kv_elems * kv_s))
     block = r * p
-    weights = dtype_bytes * (_drafter_layer_read(model, d, block) + fc_params(model, d)
-                             + head_params(model, d))
     injected = r * d.injected_tokens_per_request
-    markov = p * dtype_bytes * d.markov_rank * vocab  # the sequential loop reads W2 per position
     kv_read = r * (c + p) * kv_elems * kv_s
     kv_write = (injected + block) * kv_elems * kv_s
     acts = block * act_per_token + injected * dtype_bytes * (d.num_target_features + 1) * model.hidden
-    return weights + markov + kv_read + kv_write + acts
+    return weights + kv_read + kv_write + acts
 
 
 def _drafter_collective_ms(hw: HardwareSpec, model: ModelSpec, d: DrafterShape, tokens: ArrayLike,
@@ -232,16 +248,19 @@ def roofline_draft_ms(
     p = np.asarray(d.gamma if positions is None else positions, dtype=np.float64)
     r = np.asarray(requests, dtype=np.float64)
 
-    def per_gpu(total: NDArray[np.float64], tokens: NDArray[np.float64]) -> NDArray[np.float64]:
+    def per_gpu(total: NDArray[np.float64], weights: NDArray[np.float64],
+                tokens: NDArray[np.float64]) -> NDArray[np.float64]:
         if parallel.mode != "dp-ep":
             return total / g
-        # data-parallel attention: all but the routed experts is on every GPU; each GPU reads
-        # the touched slots it hosts
+        # data-parallel attention, as the target's (`dense_bytes`): each GPU reads all but the
+        # routed experts' weights and the touched slots it hosts, and its 1/G of the requests'
+        # KV and activations
+        rest = (total - weights) / g
         if not d.moe:
-            return total
+            return weights + rest
         routed = dtype_bytes * d.num_layers * model.experts_touched(tokens) * model.expert_params
         slots = dtype_bytes * d.num_layers * slots_touched(model, parallel, tokens) * model.expert_params
-        return (total - routed) + slots / g
+        return (weights - routed) + slots / g + rest
 
     def roofline(b: NDArray[np.float64], f: NDArray[np.float64], tokens: NDArray[np.float64]) -> NDArray[np.float64]:
         if not (d.moe and routed_priced_apart(model, dtype_bytes, parallel)):
@@ -251,10 +270,12 @@ def roofline_draft_ms(
         return roofline_ms(hw, b, (f - routed_flops(model, d.num_layers, tokens)) / g, dtype_bytes, routed)
 
     if d.kind != "block":
-        one = roofline(per_gpu(draft_bytes(model, d, r, context, positions=1, dtype_bytes=dtype_bytes), r),
+        one = roofline(per_gpu(draft_bytes(model, d, r, context, positions=1, dtype_bytes=dtype_bytes),
+                               draft_weight_bytes(model, d, r, positions=1, dtype_bytes=dtype_bytes), r),
                        draft_flops(model, d, r, context, positions=1), r)
         return p * (one + _drafter_collective_ms(hw, model, d, r, dtype_bytes, parallel))
-    b = per_gpu(draft_bytes(model, d, r, context, positions=p, dtype_bytes=dtype_bytes), r * p)
+    b = per_gpu(draft_bytes(model, d, r, context, positions=p, dtype_bytes=dtype_bytes),
+                draft_weight_bytes(model, d, r, positions=p, dtype_bytes=dtype_bytes), r * p)
     return roofline(b, draft_flops(model, d, r, context, positions=p), r * p) + _drafter_collective_ms(
         hw, model, d, r * p, dtype_bytes, parallel)
 

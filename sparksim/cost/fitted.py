@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from sparksim.errors import ConfigError
+from sparksim.hardware import GPUS
 
 SOURCE = (
     "LLMServe/DistServe@82831f1 simdistserve/estimators/profile_data/"
@@ -70,7 +71,7 @@ DISTSERVE_OPT13B_A100: dict[str, LinearFit] = {
 # OPT-13B (facebook/opt-13b config: 40 layers, hidden 5120, fp16) on an A100-80G
 OPT13B_PARAMS = 12_853_473_280  # total parameters, from the config's shapes (vocab 50272)
 OPT13B_KV_BYTES_PER_TOKEN = 2 * 40 * 5120 * 2  # K and V, every layer, fp16
-A100_80G_HBM_BYTES = 80 * 1024**3  # NVIDIA A100 80GB datasheet
+A100_80G_HBM_BYTES = int(GPUS["a100"].hbm_bytes)  # 81,920 MiB, as nvidia-smi reports it
 
 
 def decode_ms(fit: LinearFit, contexts: np.ndarray[Any, np.dtype[np.float64]]) -> float:

@@ -210,6 +210,20 @@ class ModelSpec:
             return self.num_layers * 2 * self.num_heads * (2 * self.kv_lora_rank + self.qk_rope_head_dim)
         return self.num_layers * 4 * self.num_heads * self.head_dim
 
+    @property
+    def prefill_attention_flops_per_pair(self) -> int:
+        """FLOPs per (query token × context token) of prompt attention, all layers.
+
+        GQA: as decode. MLA prefills in its materialised form (the "compute friendly approach"
+        of vLLM's MLA backend, SGLang's and TensorRT-LLM's too): K and V up-projected from
+        the latent, then plain attention of QK head dim qk_nope + qk_rope and V head dim
+        v_head, 2 · heads · (qk_nope + qk_rope + v_head).
+        """
+        if self.is_mla:
+            return self.num_layers * 2 * self.num_heads * (
+                self.qk_nope_head_dim + self.qk_rope_head_dim + self.v_head_dim)
+        return self.attention_flops_per_pair
+
     def to_hf_config(self) -> dict[str, Any]:
         """Return an HF-style config dict (Qwen3/Llama field names)."""
         return {

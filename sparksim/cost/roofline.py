@@ -219,17 +219,20 @@ def _card(
     # compute-bound at this many tokens (weights: 2 bytes read, 2 FLOPs per token each).
     ridge = hw.peak_for(dtype_bytes) * hw.compute_eff / (hw.mem_bytes_per_s * hw.mem_eff)
     weights = dtype_bytes * model.params
+    drafter_params = drafter_routed = 0
     if drafters:  # a deployment holds one drafter: the default one
         main = drafters[0]
         main_layers = (main.num_layers * model.moe_layer_params if main.moe
                        else main.num_layers * model.layer_params)
-        weights += dtype_bytes * (main_layers + fc_params(model, main)
-                                  + (head_params(model, main) if main.draft_vocab else 0))
+        drafter_params = (main_layers + fc_params(model, main)
+                          + (head_params(model, main) if main.draft_vocab else 0))
+        drafter_routed = main.num_layers * model.num_experts * model.expert_params if main.moe else 0
+        weights += dtype_bytes * drafter_params
     g = parallel.gpus
-    replicated = 0  # dp-ep keeps attention, dense layers and embeddings on every GPU
-    if parallel.mode == "dp-ep":  # and the redundant experts' copies
+    replicated = 0  # dp-ep keeps attention, dense layers and embeddings on every GPU, the
+    if parallel.mode == "dp-ep":  # drafter's too, and the redundant experts' copies
         routed = model.moe_layers * model.num_experts * model.expert_params
-        replicated = dtype_bytes * ((model.params - routed) * (g - 1)
+        replicated = dtype_bytes * ((model.params - routed + drafter_params - drafter_routed) * (g - 1)
                                     + model.moe_layers * parallel.redundant_experts * model.expert_params)
     kernels: dict[str, Any] = {}  # published kernel figures that replace the presets' efficiencies
     if model.is_moe and (dtype_bytes == 1 or parallel.expert_imbalance != 1.0):
@@ -241,7 +244,9 @@ def _card(
     if model.is_mla:
         kernels["mla_attention"] = {"attn_mem_eff": round(MLA_ATTN_MEM_EFF, 4),
                                     "attn_compute_eff": round(MLA_ATTN_COMPUTE_EFF, 4),
-                                    "kv_dtype": "bf16", "compute_peak": "bf16", "source": MLA_SOURCE}
+                                    "kv_dtype": "bf16", "compute_peak": "bf16", "source": MLA_SOURCE,
+                                    "prefill": "materialised form (QK head dim qk_nope + qk_rope, V v_head), "
+                                               "BF16 peak at attn_compute_eff"}
     return {
         "source": "analytic",
         "hardware": hw.name,
@@ -291,8 +296,10 @@ def _card(
                               "eager_step_ms); CUDA-graph steps pay no dispatch",
             "attention": "attention.csv: kv_tokens*kv_elems*dtype/(mem_bytes_per_s*attn_mem_eff)*1e3 "
                          "(memory-bound: see sparksim.cost.roofline.attention_ms)",
-            "prefill_attention": "coef*((prefix+chunk)^2 - prefix^2), coef = 2*layers*heads*"
-                                 "head_dim/(peak*attn_compute_eff)*1e3 (causal pairs, compute-bound)",
+            "prefill_attention": "coef*((prefix+chunk)^2 - prefix^2), coef = flops_per_pair/2/"
+                                 "(gpus*peak*attn_compute_eff)*1e3 (causal pairs, compute-bound; "
+                                 "flops_per_pair 4*layers*heads*head_dim, MLA's materialised form "
+                                 "2*layers*heads*(qk_nope+qk_rope+v_head) at the BF16 peak)",
         },
         "memory": {  # per replica: all its GPUs
             "hbm_bytes": hw.hbm_bytes * g,
@@ -303,7 +310,7 @@ def _card(
             # dp-ep: each GPU runs its 1/G share of the replica's tokens, so reserves for that
             "activation_reserve_bytes": activation_reserve_bytes(
                 model, -(-max_tokens // g) if parallel.mode == "dp-ep" else max_tokens, dtype_bytes) * g,
-            "source": "hbm_bytes: datasheet; weights: the model's parameters and the default "
+            "source": "hbm_bytes: nvidia-smi memory.total (sparksim.hardware); weights: the model's parameters and the default "
                       "drafter's own (a shared LM head once) in the dtype; kv per token: 2 x layers x "
                       "kv_heads x head_dim x dtype; activation reserve: estimated as one layer's "
                       "activations plus float32 logits for a max_tokens step",

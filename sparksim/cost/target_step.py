@@ -180,11 +180,14 @@ def prefill_attention_coef_ms(hw: HardwareSpec, model: ModelSpec, *, dtype_bytes
                               parallel: Parallelism = SINGLE) -> float:
     """Return ms per token² of causal prefill attention: a chunk of q after p costs coef·((p+q)²−p²).
 
-    QKᵀ and PV over the causal pairs, q·p + q²/2 of them, at the model's attention FLOPs per
-    pair, compute-bound at attn_compute_eff (FlashAttention on long prompts), split over the GPUs.
+    QKᵀ and PV over the causal pairs, q·p + q²/2 of them, at the model's prompt attention
+    FLOPs per pair (`prefill_attention_flops_per_pair`: MLA's materialised form), compute-bound
+    at attn_compute_eff (FlashAttention on long prompts), split over the GPUs. MLA's runs in
+    BF16 whatever the weights' dtype, as its decode attention does.
     """
-    return model.attention_flops_per_pair / 2.0 / parallel.gpus / (
-        hw.peak_for(dtype_bytes) * hw.attn_compute_eff) * 1e3
+    peak = hw.peak_for(MLA_KV_DTYPE_BYTES if model.is_mla else dtype_bytes)
+    return model.prefill_attention_flops_per_pair / 2.0 / parallel.gpus / (
+        peak * hw.attn_compute_eff) * 1e3
 
 
 def roofline_verify_ms(
