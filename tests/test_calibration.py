@@ -26,7 +26,7 @@ from sparksim.studies.measured_runs import (
     load_run,
     parse_vllm_flags,
 )
-from sparksim.studies.run_replay import predict, stability_margin, stage_table
+from sparksim.studies.run_replay import predict, replay_scenario, stability_margin, stage_table
 
 REPO = Path(__file__).resolve().parents[1]
 BASE = REPO / "profiles" / "h100-llama-2-7b-analytic"
@@ -125,6 +125,24 @@ def test_the_vllm_flags_parser_reads_a_real_serve_command_and_its_kv_log_line() 
         parse_vllm_flags("vllm serve m --max-num-seqs many")
     settings, ignored = engine_settings({**got, "model": "x"}, "flags")
     assert settings.kv_capacity_tokens == 119_408 and "model" in ignored
+
+
+@pytest.mark.parametrize(("profile", "seqs", "tokens"), [
+    ("h100-llama-2-7b-analytic", 1024, 8192),  # 81,559 MiB and no "A100" in the name
+    ("a100-opt13b-vllm-published", 256, 2048),  # vLLM keeps an A100 to the small defaults
+])
+def test_unset_engine_limits_are_vllms_defaults_on_the_profiles_gpu(
+        profile: str, seqs: int, tokens: int, tmp_path: Path) -> None:
+    run = MeasuredRun("r", tmp_path / "r.csv", _requests(0), EngineSettings(source="flags"))
+    cluster = replay_scenario(run, REPO / "profiles" / profile, tmp_path / "a.csv")["cluster"]
+    assert (cluster["max_concurrency"], cluster["max_batch_tokens"]) == (seqs, tokens)
+    assert EngineSettings().prefix_caching  # vLLM V1 caches prefixes unless told not to
+    # a limit given is kept; a profile that records no GPU memory cannot pick a default
+    given = MeasuredRun("r", run.path, run.requests, EngineSettings(max_num_seqs=64, max_num_batched_tokens=512))
+    cluster = replay_scenario(given, REPO / "profiles" / profile, tmp_path / "a.csv")["cluster"]
+    assert (cluster["max_concurrency"], cluster["max_batch_tokens"]) == (64, 512)
+    with pytest.raises(ConfigError, match="--max-num-seqs N --max-num-batched-tokens M"):
+        replay_scenario(run, REPO / "profiles" / "cpu-tinylm-d128-live-measured", tmp_path / "a.csv")
 
 
 def test_a_vllm_bench_detailed_result_is_read_per_request(tmp_path: Path) -> None:

@@ -73,14 +73,18 @@ def calibrate(
     from sparksim.cost.profile import load_profile, write_profile
     from sparksim.studies.calibration import Calibrator, calibrated_card, held_out_errors
     from sparksim.studies.measured_runs import MeasuredRun, load_run
+    from sparksim.studies.run_replay import settings_on
 
     check_out(out)  # before fitting, not after it
     names = [n.strip() for n in fit.split(",") if n.strip()]
-    settings = _settings_for(runs, engine, vllm_flags)
-    measured: list[MeasuredRun] = [load_run(p, s) for p, s in zip(runs, settings, strict=True)]
-
     def say(line: str) -> None:
         err_console.print(f"[dim]{line}[/]", highlight=False)
+
+    given = _settings_for(runs, engine, vllm_flags)
+    settings = [settings_on(s, profile) for s in given]  # an unset limit: vLLM's default on its GPU
+    for note in dict.fromkeys(s.source for s, g in zip(settings, given, strict=True) if s is not g):
+        say(note)
+    measured: list[MeasuredRun] = [load_run(p, s) for p, s in zip(runs, settings, strict=True)]
 
     with Calibrator(profile, measured, names, progress=say) as cal:
         before = cal.stages(dict(cal.defaults))

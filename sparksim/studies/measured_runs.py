@@ -12,7 +12,7 @@ import hashlib
 import json
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,21 +28,58 @@ PREFIX_COLUMNS = ("prefix_group", "prefix_tokens")  # optional: a request's shar
 # --------------------------------------------------------------------------- engine settings
 
 
+# vLLM V1's OpenAI API server, when `--max-num-seqs` / `--max-num-batched-tokens` are not
+# given (vllm/engine/arg_utils.py, `get_batch_defaults`, v0.8 through v0.27): a GPU with at
+# least 70 GiB whose name does not say A100 gets 1024 sequences and 8192 tokens a step, any
+# other 256 and 2048. (v0.28 adds a tier at 160 GiB: 16384 tokens; give the flags for it.)
+VLLM_LARGE_GPU_BYTES = 70 * 2**30
+VLLM_DEFAULT_LIMITS = {"large": (1024, 8192), "other": (256, 2048)}
+
+
+def vllm_default_limits(gpu_name: str, gpu_memory_bytes: float) -> tuple[int, int]:
+    """vLLM V1's API-server (max_num_seqs, max_num_batched_tokens) on a GPU of this name and memory."""
+    large = gpu_memory_bytes >= VLLM_LARGE_GPU_BYTES and "a100" not in gpu_name.lower()
+    return VLLM_DEFAULT_LIMITS["large" if large else "other"]
+
+
 @dataclass(frozen=True)
 class EngineSettings:
-    """What the real engine ran with, as sparksim needs it to replay a run."""
+    """What the real engine ran with, as sparksim needs it to replay a run.
 
-    max_num_seqs: int = 256  # vLLM's default on a GPU (V1)
-    max_num_batched_tokens: int = 2048
+    A limit left None is vLLM V1's default for the GPU the run is replayed on (`resolved`);
+    prefix caching is on unless said otherwise, as in vLLM V1.
+    """
+
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
     tensor_parallel_size: int = 1
     block_size: int = 16
     kv_capacity_tokens: int | None = None  # None: the profile's own estimate
     max_model_len: int | None = None
-    prefix_caching: bool = False
+    prefix_caching: bool = True
     source: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+    def resolved(self, gpu_name: str, gpu_memory_bytes: float | None) -> EngineSettings:
+        """These settings with an unset limit filled by vLLM V1's default on this GPU
+        (`vllm_default_limits`); `source` says which were filled and why."""
+        if self.max_num_seqs is not None and self.max_num_batched_tokens is not None:
+            return self
+        if not gpu_memory_bytes:
+            raise ConfigError(
+                f"{self.source or 'the engine settings'}: max_num_seqs and max_num_batched_tokens "
+                f"must be given: vLLM's defaults depend on the GPU's memory, and the profile "
+                f"({gpu_name}) records none (--vllm-flags '--max-num-seqs N --max-num-batched-tokens M')")
+        seqs, tokens = vllm_default_limits(gpu_name, gpu_memory_bytes)
+        filled = [(k, v) for k, v in (("max_num_seqs", seqs), ("max_num_batched_tokens", tokens))
+                  if getattr(self, k) is None]
+        note = (f"{', '.join(f'{k}={v}' for k, v in filled)}: vLLM V1's API-server default "
+                f"on {gpu_name} ({gpu_memory_bytes / 2**30:.0f} GiB)")
+        return replace(self, max_num_seqs=self.max_num_seqs or seqs,
+                       max_num_batched_tokens=self.max_num_batched_tokens or tokens,
+                       source=f"{self.source}; {note}" if self.source else note)
 
 
 # vLLM's flags this reads, to EngineSettings fields (short forms as vLLM spells them)

@@ -15,9 +15,10 @@ from typing import Any
 import pandas as pd
 
 from sparksim.config import parse_scenario
+from sparksim.cost.card import read_card
 from sparksim.errors import ConfigError
 from sparksim.sim.runner import simulate
-from sparksim.studies.measured_runs import PREFIX_COLUMNS, MeasuredRun
+from sparksim.studies.measured_runs import PREFIX_COLUMNS, EngineSettings, MeasuredRun
 
 
 def replay_columns(run: MeasuredRun) -> list[str]:
@@ -28,11 +29,28 @@ def replay_columns(run: MeasuredRun) -> list[str]:
     return cols
 
 
+def settings_on(settings: EngineSettings, profile: Path) -> EngineSettings:
+    """`settings` with any unset limit filled by vLLM's default on the profile's GPU (its card's
+    `hardware`, and `memory.hbm_bytes` over its GPUs)."""
+    if settings.max_num_seqs is not None and settings.max_num_batched_tokens is not None:
+        return settings
+    problems: list[str] = []
+    card = read_card(Path(profile) / "card.yaml", problems)
+    if problems or not isinstance(card, dict):
+        raise ConfigError(f"profile {profile}: {'; '.join(problems) or 'card.yaml is not a mapping'}")
+    memory = card.get("memory")
+    memory = memory if isinstance(memory, dict) else {}
+    gpus = card.get("gpus_per_replica") or 1
+    hbm = memory.get("hbm_bytes")
+    per_gpu = float(hbm) / gpus if isinstance(hbm, int | float) and isinstance(gpus, int) else None
+    return settings.resolved(str(card.get("hardware", "an unnamed GPU")), per_gpu)
+
+
 def replay_scenario(run: MeasuredRun, profile: Path, arrivals_csv: Path,
                     horizon_s: float | None = None) -> dict[str, Any]:
     """The scenario that replays `run` on `profile` with the run's engine settings (plain
     decoding), until `horizon_s` (default: long after the last arrival, for the queue to drain)."""
-    st = run.settings
+    st = settings_on(run.settings, profile)
     last = float(run.requests["arrival_s"].max())
     cluster: dict[str, Any] = {
         "replicas": 1, "max_concurrency": st.max_num_seqs, "max_batch_tokens": st.max_num_batched_tokens,
