@@ -40,7 +40,7 @@ def _random_cost(profile_dir: Path, rng: np.random.Generator, gamma: int) -> Ste
     return StepCost.for_step(
         prof, requests=requests, kv_tokens=int(contexts.sum()), kv_longest=int(contexts.max()),
         chunks=chunks, positions=gamma if drafter is not None or not prof.drafters else 0,
-        drafter=drafter, overhead_s=float(rng.uniform(0, 1e-3)) if rng.random() < 0.5 else 0.0)
+        drafter=drafter, loop_s=float(rng.uniform(0, 1e-3)) if rng.random() < 0.5 else 0.0)
 
 
 @pytest.mark.parametrize("profile_dir", PROFILES, ids=lambda p: p.name)
@@ -142,7 +142,7 @@ def test_every_term_of_a_hand_made_step_is_charged(profile_dir: Path) -> None:
     r, gamma, overhead_s = 3, 7, 1e-3
     drafter = prof.default_drafter
     cost = StepCost.for_step(prof, requests=r, kv_tokens=int(contexts.sum()), kv_longest=int(contexts.max()),
-                             chunks=[chunk], positions=gamma, drafter=drafter, overhead_s=overhead_s)
+                             chunks=[chunk], positions=gamma, drafter=drafter, loop_s=overhead_s)
     padded = cm.get("attention_kv") == "padded"
     kv_attn = r * contexts.max() if padded else contexts.sum()
     info = card["drafters"][drafter]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from sparksim.cost.pricing import StepCost
 from sparksim.errors import ConfigError
 from sparksim.policies import make_policy
 from sparksim.policies.base import StepBatch
@@ -109,6 +110,19 @@ def test_smartspec_prices_k_0_as_plain_decoding_and_then_runs_no_drafter() -> No
     assert policy.drafts_at(1) and policy.decide(b).tolist() == [0]  # step 0 decides k = 0
     assert [policy.drafts_at(1) for _ in range(3)] == [False] * 3  # steps 1-3: plain
     assert policy.drafts_at(1)  # step 4 re-decides
+
+
+def test_smartspec_prices_k_0_without_a_sync_pipelines_decision_time() -> None:
+    # The same step with 3 ms of known decision time (cluster.pipeline: sync): a drafting step
+    # pays it, a plain one decides nothing, so k = 0 stays 1 token / 10 ms (×1.1) and k = 1
+    # is 1.5 tokens / 20 ms.
+    prof = profile([1, 64], [10.0, 10.0 + 63 * 3.0], mode="linear")
+    plain = StepBatch.from_conf(np.full((1, 5), 0.5), prof, draft_s=0.004)
+    b = StepBatch.from_conf(np.full((1, 5), 0.5), prof, cost=StepCost(
+        prof, draft_s=0.004, context=0.0, base_tokens=1, requests=1, overhead_s=0.003, decision_s=0.003))
+    good = SmartSpec(5, alpha=0.5).goodput(b, 5)
+    assert good[0] == pytest.approx(110.0) and good[1] == pytest.approx(1.5 / 0.020)
+    assert good[0] == pytest.approx(SmartSpec(5, alpha=0.5).goodput(plain, 5)[0])
 
 
 def test_smartspec_learns_alpha_by_ema_and_recomputes_every_interval() -> None:

@@ -87,7 +87,7 @@ class PathDecider:
         positions = drafted_positions(self.policy, self.profile, self.drafter, GAMMA)
         self.cost = StepCost.for_decode(self.profile, r, float(self.contexts.sum()), positions, self.drafter,
                                         kv_longest=float(self.contexts.max()),
-                                        overhead_s=self.profile.loop_s(True, "decode", r))
+                                        loop_s=self.profile.loop_s(True, "decode", r))
         self._memo = {id(self.profile): self.profile}  # copies share the (read-only) profile
         for step, conf in enumerate(self.history):
             self.policy.decide(self._batch(np.asarray(conf, np.float64), step))

@@ -121,7 +121,7 @@ def step_price(profile: Profile, requests: int, verified: int, *, gamma: int, dr
     """
     cost = StepCost.for_step(profile, requests=requests, kv_tokens=requests * context, kv_longest=context,
                              positions=gamma, drafter=drafter,
-                             overhead_s=profile.loop_s(gamma > 0, "decode", requests))
+                             loop_s=profile.loop_s(gamma > 0, "decode", requests))
     return cost.price(np.full(requests, verified, np.int64))
 
 

@@ -93,6 +93,7 @@ class StepCost:
     requests: int = 0  # R, the decode requests
     padded: bool = False  # attention queries padded to the longest verified block
     overhead_s: float = 0.0  # the engine loop before the step and a known decision time
+    decision_s: float = 0.0  # of overhead_s, the decision time (a step that drafts nothing pays none)
 
     @classmethod
     def for_step(
@@ -105,11 +106,13 @@ class StepCost:
         chunks: Sequence[tuple[int, int]] = (),
         positions: int = 0,
         drafter: str | None = None,
-        overhead_s: float = 0.0,
+        loop_s: float = 0.0,
+        decision_s: float = 0.0,
     ) -> StepCost:
         """Fix a step's price for `requests` decode requests holding `kv_tokens` (the longest
         `kv_longest`), prompt `chunks` of (tokens, prefix), `positions` drafted per request by
-        `drafter` (0: the drafter does not run) and `overhead_s` of loop and decision time."""
+        `drafter` (0: the drafter does not run), `loop_s` of the engine loop before it and
+        `decision_s` of known decision time (`known_decision_s`)."""
         prefill_tokens = sum(t for t, _ in chunks) if chunks else 0  # most steps carry no prompt
         kv_s = attn_mem_s = attn_token_s = 0.0
         padded = profile.attention_kv_padded
@@ -130,15 +133,16 @@ class StepCost:
         return cls(
             profile, draft_s, kv_tokens / requests if requests else 0.0, kv_s,
             0.0 if profile.attention_compute_adds else attn_mem_s, attn_token_s, prefill_tokens,
-            drafts_s, requests + prefill_tokens, requests, padded, overhead_s,
+            drafts_s, requests + prefill_tokens, requests, padded, loop_s + decision_s, decision_s,
         )
 
     @classmethod
     def for_decode(cls, profile: Profile, requests: int, kv_tokens: float, positions: int,
-                   drafter: str | None, kv_longest: float = 0.0, overhead_s: float = 0.0) -> StepCost:
+                   drafter: str | None, kv_longest: float = 0.0, loop_s: float = 0.0,
+                   decision_s: float = 0.0) -> StepCost:
         """The price of a decode-only step (the live engine's and the exact bias lab's)."""
         return cls.for_step(profile, requests=requests, kv_tokens=kv_tokens, kv_longest=kv_longest,
-                            positions=positions, drafter=drafter, overhead_s=overhead_s)
+                            positions=positions, drafter=drafter, loop_s=loop_s, decision_s=decision_s)
 
     # ---------------------------------------------------------------- the engine's charge
 

@@ -143,7 +143,7 @@ def choose_lengths(policy: Policy, profile: Profile, conf: np.ndarray[Any, np.dt
         # the engine loop's time before the step and a sync pipeline's known decision time are
         # part of its price, as the simulator's engine counts them (`Engine._plan`)
         cost=StepCost.for_decode(profile, m, kv_tokens, positions, drafter, kv_longest,
-                                 overhead_s=profile.loop_s(True, "decode", m) + decision_s),
+                                 loop_s=profile.loop_s(True, "decode", m), decision_s=decision_s),
         step_index=step_index)
     try:
         lengths = np.asarray(policy.decide(batch), dtype=np.int64)

@@ -10,7 +10,8 @@ k = 0's goodput is multiplied by `no_spec_bonus` (1.1: speculate only when it be
 decoding by 10 %). Between recomputations k is kept (capped by the token limit if R grew).
 
 k = 0 is plain decoding, as in dsd.py ("for k=0 it is target only"): its goodput is priced
-without the drafter, and while k = 0 is kept the steps run no drafter (`drafts_at`). The
+without the drafter and without a sync pipeline's decision time (a plain step decides
+nothing), and while k = 0 is kept the steps run no drafter (`drafts_at`). The
 steps that recompute k still draft: sparksim prices a step before the policy sees it, so
 one step in `interval` pays the drafter to be decided (dsd.py decides from its profile).
 
@@ -87,7 +88,8 @@ class SmartSpec(Policy):
         per_request = (k + 1.0) if a >= 1.0 else (1.0 - a ** (k + 1.0)) / (1.0 - a)
         stride = max(batch.num_requests, 1)  # B = R·(k + 1) + the other fixed tokens
         step_s = self._table.step_s(batch.cost, batch.fixed_tokens, stride * k_max + 1)[::stride]
-        step_s[0] -= batch.cost.draft_s  # plain decoding runs no drafter
+        # plain decoding runs no drafter, and a sync pipeline decides nothing for it
+        step_s[0] -= batch.cost.draft_s + batch.cost.decision_s
         good = batch.num_requests * per_request / step_s
         good[0] *= self.no_spec_bonus
         return good

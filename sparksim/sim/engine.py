@@ -234,7 +234,7 @@ class Engine(Scheduler):
             kv_longest=int(self.state[CONTEXT, :m].max()) if self.attn_padded and m else 0,
             chunks=[(take, req.context - req.prefill_left) for req, take in plan] if plan else (),
             positions=self.draft_positions if drafting else 0, drafter=self.drafter,
-            overhead_s=loop_s + decision_s,
+            loop_s=loop_s, decision_s=decision_s,
         )
         return _Step(self.env.now, n, m, plan, irregular, kv_tokens, decision_s, loop_s, cost)
 
