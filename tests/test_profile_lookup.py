@@ -254,3 +254,14 @@ def test_two_attention_rows_interpolate_as_each_row_alone(xs, ys, at) -> None:
     y0, y1 = ys[: len(x)], ys[8 : 8 + len(x)]
     got = _interp_pair(x, y0, y1, at)
     assert got == (_interp_extrapolate(x, y0, at), _interp_extrapolate(x, y1, at))
+
+
+def test_a_prompt_step_below_the_prefill_tables_first_row_costs_that_row(tmp_path: Path) -> None:
+    """A prompt-only step reads the weights whatever its tokens: below prefill.csv's first row
+    it costs that row (as verify.csv holds its first size), not a share of it through 0 ms."""
+    prefill = pd.DataFrame({"tokens": [64, 512], "prefill_ms": [8.0, 22.0]})
+    prof = load_profile(write_profile(tmp_path / "p", pd.DataFrame({"tokens": TOKENS, "step_ms": STEP_MS}),
+                                      CARD, extra={"prefill.csv": prefill}))
+    assert prof.prefill_dense_s(10) * 1e3 == 8.0 and prof.prefill_dense_s(64) * 1e3 == 8.0
+    assert prof.prefill_dense_s(288) * 1e3 == pytest.approx(15.0)  # linear between rows
+    assert prof.prefill_s([4, 6]) == pytest.approx(8.0e-3 + prof.prefill_attention_coef_ms * 52 / 1e3)

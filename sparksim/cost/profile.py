@@ -319,7 +319,8 @@ class Profile:
         """Return the dense time in seconds of a step that carries only `tokens` prompt tokens.
 
         From prefill.csv (linear: prefill steps run eagerly, no graph staircase) when the
-        profile has one, else from the dense verify table.
+        profile has one, else from the dense verify table. Below its first row, the first
+        row's cost, as the verify table's: a step reads the weights whatever its tokens.
         """
         if not self.has_prefill_table:
             return self.verify_s_scalar(tokens)
@@ -327,7 +328,8 @@ class Profile:
             self._extrapolated("prefill tokens", tokens, float(self.prefill_tokens[-1]))
         if self._prefill_lists is None:
             self._prefill_lists = (self.prefill_tokens.tolist(), self.prefill_ms.tolist())
-        return _interp_extrapolate(*self._prefill_lists, tokens) / 1e3
+        x, ms = self._prefill_lists
+        return (ms[0] if tokens < x[0] else _interp_extrapolate(x, ms, tokens)) / 1e3
 
     def prefill_attention_s(self, chunk: float, prefix: float) -> float:
         """Return the causal attention time in seconds of a `chunk`-token prompt piece after `prefix`."""
