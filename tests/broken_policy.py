@@ -75,3 +75,17 @@ class ListOfInts(Policy):
 
     def decide(self, batch: StepBatch) -> Lengths:
         return [1] * batch.num_requests  # type: ignore[return-value]
+
+
+class NoPositions(Policy):
+    """Drafts every step but says a pass-based drafter drafts no position: must be refused."""
+
+    name = "no-positions"
+    rule = "positions_at = 0 (invalid on purpose)"
+    lossless = True
+
+    def positions_at(self, requests: int) -> int:
+        return 0
+
+    def decide(self, batch: StepBatch) -> Lengths:
+        return np.zeros(batch.num_requests, dtype=np.int64)

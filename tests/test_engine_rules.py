@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sparksim.config import REPO_ROOT
 from sparksim.cost.engine_tables import (
     AtomSpsTable,
     SglangAdditiveTable,
@@ -20,6 +21,8 @@ from sparksim.cost.engine_tables import (
     TrtllmSpsTable,
     VllmCostTables,
 )
+from sparksim.cost.pricing import StepCost
+from sparksim.cost.profile import load_profile
 from sparksim.errors import ConfigError
 from sparksim.policies import make_policy
 from sparksim.policies.base import Policy, StepBatch
@@ -283,8 +286,8 @@ def test_sglang_adaptive_steps_drop_to_plain_decoding_and_skip_the_drafter() -> 
 # ------------------------------------------------------------------------------ in the engine
 
 
-def _steps(spec: str, users: int = 16) -> pd.DataFrame:
-    sc, base = load_scenario(None, [f"workload.concurrency={users}", "run.duration_s=3"], spec)
+def _steps(spec: str, users: int = 16, *extra: str) -> pd.DataFrame:
+    sc, base = load_scenario(None, [f"workload.concurrency={users}", "run.duration_s=3", *extra], spec)
     res = simulate(sc, base)
     assert res.steps is not None
     return res.steps[(res.steps.prefill_tokens == 0) & (res.steps.num_requests > 0)]
@@ -304,6 +307,19 @@ def test_plain_steps_of_the_adaptive_step_count_pay_no_drafter() -> None:
     plain = steps[steps.num_requests >= 64]
     assert len(plain) > 10
     assert (plain.draft_s == 0).all() and (plain.verified_drafts == 0).all()
+
+
+def test_a_pass_based_drafter_drafts_and_is_priced_for_the_adaptive_step_count_only() -> None:
+    """SGLang drafts s passes of an EAGLE/MTP drafter: a step pays s positions, not the block."""
+    steps = _steps("sglang-adaptive-steps", 1, "policy.drafter=mtp-1")  # key 1: s in 1, 3, 5, 7
+    drafting = steps[steps.draft_s > 0]
+    s = drafting.verified_drafts // drafting.num_requests
+    assert set(s) >= {3, 5} and len(set(s)) >= 2  # s moves, and each step is priced for its own
+    prof = load_profile(REPO_ROOT / "profiles" / "h100-qwen3-8b-analytic")
+    want = [StepCost.for_step(prof, requests=int(r), kv_tokens=float(kv), positions=int(k),
+                              drafter="mtp-1").draft_s
+            for r, kv, k in zip(drafting.num_requests, drafting.kv_tokens, s, strict=True)]
+    np.testing.assert_allclose(drafting.draft_s, want, rtol=1e-9)
 
 
 def test_trtllm_with_the_verified_blocks_snapshot_anticipates_its_own_drafts() -> None:

@@ -61,3 +61,10 @@ def test_the_cli_says_it_in_one_line_without_check(tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert "policy 'too-long' returned ℓ = 8" in result.output and "Traceback" not in result.output
     assert not (tmp_path / "x").exists()
+
+
+def test_a_pass_based_step_of_no_positions_is_refused_naming_the_policy() -> None:
+    sc, base = load_scenario(None, ["policy.drafter=mtp-1", "run.duration_s=1", "workload.concurrency=1"],
+                             "tests.broken_policy:NoPositions")
+    with pytest.raises(PolicyError, match=r"step 0: policy .*positions_at\(1\) = 0: must be an integer in 1\.\.7"):
+        simulate(sc, base)

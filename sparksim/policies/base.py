@@ -210,6 +210,18 @@ class Policy(abc.ABC):
         del requests
         return True
 
+    def positions_at(self, requests: int) -> int:
+        """Positions a drafting step of `requests` decode requests drafts per request.
+
+        Asked after `drafts_at`, before the step is priced, and only where the drafter is
+        pass-based (mtp, autoregressive: one pass per position, stopped at what will be
+        verified); a block drafter drafts its whole block. The default is `draft_positions`;
+        a policy that fixes this step's ℓ from earlier steps alone (SGLang's adaptive step
+        count) says how many here, 1..`draft_positions`, and verifies no more.
+        """
+        del requests
+        return self.draft_positions
+
     def observe(self, batch: StepBatch, lengths: Lengths, num_accepted: NDArray[np.int64]) -> None:
         """Learn from a finished step: `num_accepted[r]` of the `lengths[r]` verified drafts passed.
 

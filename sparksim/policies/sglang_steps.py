@@ -14,7 +14,9 @@ SGLang first pads R to its CUDA-graph batch size, which sparksim does not):
   ema ≤ prev − 0.5 + down (prev = 0: 0.5 + down), and otherwise up while ema > s − 0.5 + up.
 - Defaults (DEFAULT_ADAPTIVE_CONFIG): key 1: [1, 3, 5, 7], up 0, down −0.25; key 8:
   [0, 1, 3]; key 32: [0, 1]; key 64: [0] (up = down = 0); α = 0.2; start at the middle
-  candidate. s = 0 verifies nothing and skips the drafter (`drafts_at`).
+  candidate. s = 0 verifies nothing and skips the drafter (`drafts_at`); a pass-based
+  drafter (mtp, autoregressive) drafts s positions and is priced for s (`positions_at`),
+  a block drafter its whole block.
 Lossless: ℓ reads only earlier steps' acceptances, never this step's confidences.
 """
 
@@ -103,6 +105,10 @@ class SglangAdaptiveSteps(Policy):
         slot.update(0.0, self.alpha, self.warmup, self.interval)  # a plain batch counts: it probes up
         self._last = None
         return False
+
+    def positions_at(self, requests: int) -> int:
+        """s: SGLang drafts s passes of a pass-based drafter (EAGLE, MTP), no more."""
+        return min(self._slot(requests).steps, self.draft_positions)
 
     def decide(self, batch: StepBatch) -> Lengths:
         self._last = slot = self._slot(batch.num_requests)

@@ -31,6 +31,7 @@ from numpy.typing import NDArray
 from sparksim.config import Scenario
 from sparksim.cost.pricing import StepCost, known_decision_s
 from sparksim.cost.profile import Profile
+from sparksim.errors import PolicyError
 from sparksim.policies.base import Policy, StepBatch, drafted_positions
 from sparksim.sim.prefix_cache import PrefixCache
 from sparksim.sim.scheduler import Request, Scheduler
@@ -131,9 +132,14 @@ class Engine(Scheduler):
         self.max_context_tokens = cl.max_context_tokens or (1 << 62)
         self.observes = type(policy).observe is not Policy.observe  # skip a no-op call per step
         self.asks_drafting = type(policy).drafts_at is not Policy.drafts_at
+        # a pass-based drafter stops where the policy says this step's verification does
+        table = profile.drafter(scenario.policy.drafter) if self.drafts and profile.drafters else None
+        self.asks_positions = (type(policy).positions_at is not Policy.positions_at
+                               and table is not None and table.kind != "block")
         self._drafting = False
         # the most drafts a request may verify: the positions drafted, within the trace's block
         self.max_length = min(self.draft_positions, traces.gamma) if self.drafts else 0
+        self._step_max = self.max_length  # this step's: fewer where the policy drafts fewer positions
         self._zeros = np.zeros(scenario.cluster.max_concurrency, dtype=np.int64)  # ℓ of plain steps
         self.reserve = traces.gamma + 1 if self.drafts else 1  # KV slots a step may write
         self.gamma = traces.gamma
@@ -229,11 +235,14 @@ class Engine(Scheduler):
         decision_s = 0.0  # known before the policy runs (sync pipeline), so its Θ counts it
         if drafting and self.sync_decision:
             decision_s = known_decision_s(self.cluster, self.profile, self.policy.name, m)
+        positions = self.draft_positions if drafting else 0
+        if drafting and self.asks_positions:
+            positions = self._positions_at(m)
         cost = StepCost.for_step(
             self.profile, requests=m, kv_tokens=kv_tokens,
             kv_longest=int(self.state[CONTEXT, :m].max()) if self.attn_padded and m else 0,
             chunks=[(take, req.context - req.prefill_left) for req, take in plan] if plan else (),
-            positions=self.draft_positions if drafting else 0, drafter=self.drafter,
+            positions=positions, drafter=self.drafter,
             loop_s=loop_s, decision_s=decision_s,
         )
         return _Step(self.env.now, n, m, plan, irregular, kv_tokens, decision_s, loop_s, cost)
@@ -261,10 +270,19 @@ class Engine(Scheduler):
         answer = self.policy.decide(batch)
         decision_s = time.perf_counter() - t0 if self.measure_decision else step.decision_s
         # checked every step, before any kernel sees it; under --check, B within the limit (INV-2)
-        lengths, verified = answer_lengths(answer, m, self.max_length, self._who)
+        lengths, verified = answer_lengths(answer, m, self._step_max, self._who)
         if self.check:
             check_tokens(lengths, step.cost.base_tokens, self.max_batch_tokens, self._who)
         return lengths, verified, batch, decision_s
+
+    def _positions_at(self, m: int) -> int:
+        """The positions a pass-based drafter drafts this step (`Policy.positions_at`), checked."""
+        p = self.policy.positions_at(m)
+        if isinstance(p, bool) or not isinstance(p, int | np.integer) or not 1 <= p <= self.draft_positions:
+            raise PolicyError(f"{self._who()}: positions_at({m}) = {p!r}: must be an integer in "
+                              f"1..{self.draft_positions} (drafts_at says when not to draft)")
+        self._step_max = min(self.max_length, int(p))
+        return int(p)
 
     def _who(self) -> str:
         return f"step {self.step_index}: policy {self.policy.label()!r}"
