@@ -64,6 +64,18 @@ def test_speedups_are_against_the_baseline_asked_for_and_leave_out_growing_queue
     assert "1 point(s) marked × are left out" in notes and "unfinished at the horizon" in notes
 
 
+def test_a_growing_queue_is_marked_in_both_panels(figure) -> None:  # type: ignore[no-untyped-def]
+    # Two-step's 256-user point left its queue growing: its budget is not a load it carried.
+    table = sweep_table()
+    hot = table.iloc[7]  # the fixture's growing queue
+    for ax in data_axes(figure):
+        crosses = [c for c in ax.collections if len(c.get_paths()[0].vertices) == 4]  # the × marker
+        points = {tuple(xy) for c in crosses for xy in c.get_offsets().tolist()}
+        want = ((hot["interactivity"], hot["tput_per_gpu"]) if ax.get_title().startswith("throughput")
+                else (hot["workload.concurrency"], hot["verify_budget_per_request"]))
+        assert points == {want}, (ax.get_title(), points)
+
+
 def test_a_speedup_from_one_matched_throughput_says_so() -> None:
     # A "range" of one value reads as a robust finding; it is a single interpolation.
     plt = pyplot()

@@ -215,3 +215,18 @@ def test_the_reports_speedups_and_capacity_notes_follow_the_tables_rules() -> No
     fig = capacity_figure(bars, "users", 1.0)
     assert "a lower bound" in fig.data[0].hovertemplate
     assert "it missed the SLOs at 1" in fig.data[1].hovertemplate
+
+
+def test_the_budget_against_load_marks_a_growing_queue_as_the_frontier_does() -> None:
+    from sparksim.report.sweep_page import budget_figure
+    from sparksim.studies.frontier import overloaded
+
+    table = pd.DataFrame({"policy": "two-step", "label": "two-step", "lossless": True,
+                          "workload.concurrency": [1, 8, 64], "verify_budget_per_request": [6.0, 5.0, 4.0],
+                          "interactivity": [200.0, 150.0, 20.0], "tput_per_gpu": [200.0, 1200.0, 1300.0],
+                          "steady_requests": [50, 50, 10], "steady_unfinished": [0, 0, 40]})
+    hot = overloaded(table)
+    assert hot.tolist() == [False, False, True]
+    (trace,) = budget_figure(table, "workload.concurrency", {"two-step": "#123456"}, hot).data
+    assert list(trace.marker.symbol) == ["circle", "circle", "x"]
+    assert "queue" in trace.hovertext[2] and "queue" not in trace.hovertext[0]

@@ -301,6 +301,9 @@ def pareto_figure(table: pd.DataFrame, *, meta: Mapping[str, Any] | None = None,
     if hot.any():
         ax.scatter(table.loc[hot, "interactivity"], table.loc[hot, "tput_per_gpu"], marker="x", s=60,
                    color="black", lw=1.0, zorder=4)
+        if ax_b is not None and load is not None:  # its budget, at a load the system did not carry
+            ax_b.scatter(table.loc[hot, load], table.loc[hot, "verify_budget_per_request"], marker="x",
+                         s=60, color="black", lw=1.0, zorder=4)
     swept = ", ".join(k.removeprefix("workload.") for k in varied) or "point"
     handles.append(Line2D([], [], ls="", marker="o", color="gray", label="on its policy's frontier"))
     if dominated_any:

@@ -97,8 +97,9 @@ def frontier_figure(table: pd.DataFrame, hot: pd.Series, colors: dict[str, str])
     return fig
 
 
-def budget_figure(table: pd.DataFrame, load: str, colors: dict[str, str]) -> Any:
-    """Return the verification budget per request against load, one line per policy (DSpark Fig. 8)."""
+def budget_figure(table: pd.DataFrame, load: str, colors: dict[str, str], hot: pd.Series | None = None) -> Any:
+    """Return the verification budget per request against load, one line per policy (DSpark Fig. 8);
+    a point whose queue was still growing (`hot`) is an ×, as on the frontier."""
     import plotly.graph_objects as go
 
     labels, varied = series_labels(table), varied_columns(table)
@@ -106,9 +107,11 @@ def budget_figure(table: pd.DataFrame, load: str, colors: dict[str, str]) -> Any
     for label, color in colors.items():
         grp = table[labels == label].sort_values(load)
         dash = "dash" if "lossless" in grp and not bool(grp["lossless"].iloc[0]) else "solid"
+        grown = [bool(hot[i]) if hot is not None else False for i in grp.index]
         fig.add_trace(go.Scatter(
             x=grp[load], y=grp["verify_budget_per_request"], mode="lines+markers", name=label,
-            line={"color": color, "dash": dash}, hovertext=[hover_text(r, varied, False) for r in grp.to_dict("records")],
+            line={"color": color, "dash": dash}, marker={"symbol": ["x" if g else "circle" for g in grown]},
+            hovertext=[hover_text(r, varied, g) for r, g in zip(grp.to_dict("records"), grown, strict=True)],
             hovertemplate="%{hovertext}<extra></extra>"))
     loads = sorted(table[load].dropna().unique())
     fig.update_layout(template="plotly_white", margin={"t": 30, "r": 10},
@@ -194,8 +197,9 @@ def sweep_sections(folder: Path) -> tuple[str, str, list[Section]]:
         sections.append(Section("Budget against load", "budget").add(
             paragraph("Tokens verified per request per step, bonus included (1 + mean ℓ), against load "
                       "(DSpark Fig. 8): static policies are flat; adaptive ones shrink it where a verified "
-                      "token stops paying for itself."),
-            figure_html(budget_figure(table, load, colors), "budget-load", 440)))
+                      "token stops paying for itself. × marks a load whose queue was still growing "
+                      "at the horizon (the system did not carry it)."),
+            figure_html(budget_figure(table, load, colors, hot), "budget-load", 440)))
     baseline = str(meta.get("baseline") or table["policy"].iloc[0])
     summary, fig = speedups(table, baseline)
     speed = Section("Matched-throughput speedups", "speedups").add(paragraph(
