@@ -378,6 +378,9 @@ def test_single_set_record_applies_the_calibration_that_calibrate_fitted(hf_dir:
     assert np.allclose(ts.conf, want, atol=1e-4)
     with pytest.raises(ConfigError, match="γ=4 but --gamma 7"):
         record(hf_dir, drafter, prompts, tmp_path / "other", gamma=7, log=lambda _: None)
+    # STS fitted at T = 1 calibrates to acceptance at T = 1: a T = 0 recording cannot use it
+    with pytest.raises(ConfigError, match="fitted at sampling temperature 1, but this run samples at 0"):
+        record(hf_dir, drafter, prompts, tmp_path / "greedy", gamma=4, temperature=0.0, log=lambda _: None)
 
 
 def test_check_entry_point_refuses_a_drafter_for_another_target(hf_dir: Path, tmp_path: Path,
@@ -414,3 +417,23 @@ def test_the_qwen3_8b_script_stops_with_a_clear_message_when_a_folder_is_missing
 if __name__ == "__main__":
     make_fixtures()
     print(f"wrote {sorted(p.name for p in FIXTURES.iterdir())}")
+
+
+def test_cached_responses_are_reused_only_for_the_same_dtype_and_batch_size(hf_dir: Path, tmp_path: Path) -> None:
+    """bf16 on a GPU generates other responses than fp32: a cache hit must not cross them."""
+    from sparksim.drafter.deepspec.recorder import target_responses
+
+    items = load_eval_items(_eval_dir(tmp_path / "eval"), [parse_task("gsm8k")])[:2]
+    logs: list[str] = []
+
+    def responses(dtype: torch.dtype, batch_size: int) -> None:
+        target = load_hf_target(hf_dir, device="cpu", dtype=dtype)
+        target_responses(target, items, temperature=0.0, max_new_tokens=3, seed=0, batch_size=batch_size,
+                         cache_dir=tmp_path / "cache", log=logs.append)
+
+    responses(torch.float32, 2)
+    responses(torch.float32, 2)
+    responses(torch.bfloat16, 2)
+    responses(torch.float32, 1)
+    kinds = [line.split()[0] for line in logs if line.startswith(("reusing", "generated 2/2"))]  # one a call
+    assert kinds == ["generated", "reusing", "generated", "generated"], logs

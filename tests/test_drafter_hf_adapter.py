@@ -78,3 +78,11 @@ def test_builtin_target_exported_to_hf_qwen3_gives_the_same_logits(tmp_path: Pat
     b, hb = hf.forward_masked(ids, pos, None)
     assert torch.allclose(a, b, atol=1e-4)
     assert torch.allclose(ha[3], hb[3], atol=1e-4)
+
+
+def test_hf_generate_keeps_a_generated_token_that_is_the_pad_id(qwen_dir: Path) -> None:
+    """HF pads only after EOS: a token the target generated is the response's, whatever its id."""
+    target = load_target(qwen_dir)
+    first = target.generate([[256, 1, 2, 3]], 6, 0.0, None, 257, 258)[0]
+    again = target.generate([[256, 1, 2, 3]], 6, 0.0, None, 257, first[0])[0]  # pad id = a generated token
+    assert again == first

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from sparksim.drafter.calibrate import apply_sts, ece, fit_sts, prefix_labels, reliability, sigmoid
 
@@ -40,3 +41,17 @@ def test_ece_is_zero_for_perfect_bins_and_large_for_constant_wrong_predictions()
     assert ece(np.full(100, 0.5), label) == 0.0
     assert abs(ece(np.full(100, 0.9), label) - 0.4) < 1e-12
     assert prefix_labels(np.array([0, 2]), 3).tolist() == [[0, 0, 0], [1, 1, 0]]
+
+
+def test_sts_temperatures_must_match_the_drafters_positions_and_sampling_temperature() -> None:
+    from sparksim.drafter.calibrate import sts_temperatures
+    from sparksim.errors import ConfigError
+
+    cal = {"temperatures": [1.1, 0.9, 1.0], "temperature": 1.0}
+    assert sts_temperatures(cal, 3, 1.0).tolist() == [1.1, 0.9, 1.0]
+    assert sts_temperatures(None, 3, 0.0).tolist() == [1.0, 1.0, 1.0]
+    assert sts_temperatures({"temperatures": [2.0, 2.0, 2.0]}, 3, 0.5).tolist() == [2.0] * 3  # not recorded
+    with pytest.raises(ConfigError, match=r"x\.json: 3 temperatures for γ=4"):
+        sts_temperatures(cal, 4, 1.0, "x.json")
+    with pytest.raises(ConfigError, match=r"fitted at sampling temperature 1, but this run samples at 0\.7"):
+        sts_temperatures(cal, 3, 0.7)

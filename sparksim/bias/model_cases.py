@@ -34,7 +34,7 @@ def model_cases(target_dir: Path, drafter_dir: Path, prompts: Path, n: int, *, t
     c_2(x_1) (q_2 is not kept: no first-token question reads it); confidences calibrated
     with the drafter's `calibration.json` STS temperatures when present.
     """
-    from sparksim.drafter.config import load_json
+    from sparksim.drafter.calibrate import read_sts
     from sparksim.drafter.data import read_prompts
     from sparksim.drafter.target import load_target
     from sparksim.drafter.tokenizer import get_tokenizer
@@ -49,12 +49,7 @@ def model_cases(target_dir: Path, drafter_dir: Path, prompts: Path, n: int, *, t
     g = drafter.cfg.gamma
     if g < GAMMA:
         raise ConfigError(f"{drafter_dir}: drafter gamma={g}; the exact lab needs at least {GAMMA} positions")
-    cal_path = drafter_dir / "calibration.json"
-    temps = np.ones(g)
-    if cal_path.is_file():
-        temps = np.asarray(load_json(cal_path)["temperatures"], np.float64)
-        if temps.shape != (g,):
-            raise ConfigError(f"{cal_path}: {temps.size} temperatures for γ={g}")
+    _, temps = read_sts(drafter_dir / "calibration.json", g, temperature)
     tok = get_tokenizer(target.tokenizer_name)
     limit = _max_positions(target)
     items = read_prompts(prompts)

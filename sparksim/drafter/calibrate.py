@@ -9,11 +9,14 @@ reorder when the positions' temperatures differ. NumPy only (no torch).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 from scipy.stats import rankdata
+
+from sparksim.errors import ConfigError
 
 FloatArray = NDArray[np.float64]
 TEMPERATURE_GRID = np.round(np.arange(0.05, 5.0001, 0.05), 2)  # 100 values, as the community STS module
@@ -106,3 +109,33 @@ def reliability(conf_logits: NDArray[Any], accepted: NDArray[Any], temps: NDArra
         "pred_mean_after": [r4(cal[:, k].mean()) for k in g],
         "target_mean": [r4(labels[:, k].mean()) for k in g],
     }
+
+
+def sts_temperatures(cal: dict[str, Any] | None, gamma: int, temperature: float,
+                     where: str = "calibration") -> FloatArray:
+    """The STS temperatures of `cal` (a calibration.json's object; None: all 1) for a drafter of
+    `gamma` positions sampled at `temperature`.
+
+    Refused, naming `where`: a count other than γ, and a file fitted at another sampling
+    temperature (it calibrates confidences to the acceptance at that temperature, which
+    changes with it). A file that does not record its temperature is taken as it is.
+    """
+    if cal is None:
+        return np.ones(gamma)
+    temps = np.asarray(cal.get("temperatures"), np.float64)
+    if temps.shape != (gamma,):
+        raise ConfigError(f"{where}: {temps.size} temperatures for γ={gamma}")
+    fitted_at = cal.get("temperature")
+    if isinstance(fitted_at, int | float) and not isinstance(fitted_at, bool) and float(fitted_at) != temperature:
+        raise ConfigError(f"{where}: fitted at sampling temperature {fitted_at:g}, but this run samples at "
+                          f"{temperature:g}: acceptance, which STS calibrates to, depends on it; calibrate "
+                          f"again at --temperature {temperature:g}")
+    return temps
+
+
+def read_sts(path: Path, gamma: int, temperature: float) -> tuple[dict[str, Any] | None, FloatArray]:
+    """Read `path` (a drafter's calibration.json; absent: no calibration) for `sts_temperatures`."""
+    from sparksim.drafter.config import load_json
+
+    cal = load_json(path) if path.is_file() else None
+    return cal, sts_temperatures(cal, gamma, temperature, str(path))

@@ -26,7 +26,7 @@ import torch
 from numpy.typing import NDArray
 from torch import Tensor
 
-from sparksim.drafter.calibrate import apply_sts, fit_sts, reliability, sigmoid
+from sparksim.drafter.calibrate import apply_sts, fit_sts, read_sts, reliability, sigmoid
 from sparksim.drafter.config import load_json
 from sparksim.drafter.model import Drafter, draft, to_probs
 from sparksim.drafter.target import TargetAdapter
@@ -238,11 +238,7 @@ def record(target_dir: Path, drafter_dir: Path, prompts: Path, out: Path, *, gam
     target = load_target(target_dir)
     check_inputs(target, drafter_dir, gamma)
     drafter = load_drafter(drafter_dir, target)
-    cal_path = drafter_dir / "calibration.json"
-    cal = load_json(cal_path) if cal_path.is_file() else None
-    temps = np.asarray(cal["temperatures"], np.float64) if cal else np.ones(gamma)
-    if temps.shape != (gamma,):
-        raise ConfigError(f"{cal_path}: {temps.size} temperatures for γ={gamma}")
+    cal, temps = read_sts(drafter_dir / "calibration.json", gamma, temperature)
     t0 = time.monotonic()
     seqs = regenerate(target, items, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
                       cache_dir=target_dir, log=log)

@@ -225,10 +225,8 @@ class HFTarget(TargetAdapter):
             kwargs.update(temperature=temperature, top_k=0, top_p=1.0)
         seqs = self.model.generate(input_ids=ids, attention_mask=attn, **kwargs)[:, P:]
         responses = []
-        for row in seqs.tolist():
-            if eos_id in row:
-                row = row[: row.index(eos_id) + 1]
-            responses.append([t for t in row if t != pad_id] or row[:1])
+        for row in seqs.tolist():  # HF pads a row only after its EOS: up to it, every id was generated
+            responses.append(row[: row.index(eos_id) + 1] if eos_id in row else row)
         return responses
 
 

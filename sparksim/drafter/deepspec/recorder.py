@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from numpy.typing import NDArray
 
+from sparksim.drafter.calibrate import sts_temperatures
 from sparksim.drafter.config import load_json
 from sparksim.drafter.deepspec.checkpoint import load_drafter
 from sparksim.drafter.deepspec.config import DeepSpecConfig, check_target, config_dict, read_config
@@ -46,12 +47,15 @@ class Responses:
 
 def target_responses(target: HFModel, items: list[EvalItem], *, temperature: float, max_new_tokens: int,
                      seed: int, batch_size: int, cache_dir: Path | None, log: Any = print) -> Responses:
-    """Return the target's responses to `items`, cached under `cache_dir` by a hash of target, prompts and settings."""
+    """Return the target's responses to `items`, cached under `cache_dir` by a hash of target, prompts and
+    settings: the device, dtype and batch size too (bf16 on a GPU generates other responses than fp32)."""
     from sparksim.atomic import write_text
 
     prompts = [target.encode_prompt(it.text, it.chat) for it in items]
+    dtype = str(getattr(target.model, "dtype", ""))
     key = hashlib.sha256(json.dumps([str(target.path.resolve()), [it.key for it in items], prompts]).encode()
-                         + f"{max_new_tokens}-{temperature}-{seed}".encode()).hexdigest()[:16]
+                         + f"{max_new_tokens}-{temperature}-{seed}-{target.device}-{dtype}-{batch_size}".encode()
+                         ).hexdigest()[:16]
     cache = cache_dir / f"responses-{key}.json" if cache_dir else None
     if cache is not None and cache.is_file():
         blob = json.loads(cache.read_text())
@@ -141,9 +145,7 @@ def write_recording(out: Path, data: Responses, rec: Recorded, cal: dict[str, An
     from sparksim.traces.format import write_traceset
 
     cfg = drafter.cfg
-    temps = np.asarray(cal["temperatures"], np.float64) if cal else np.ones(cfg.gamma)
-    if temps.shape != (cfg.gamma,):
-        raise ConfigError(f"calibration: {temps.size} temperatures for γ={cfg.gamma}")
+    temps = sts_temperatures(cal, cfg.gamma, temperature)
     domains = np.array([it.domain for it in data.items])
     datasets = np.array([it.dataset for it in data.items])
     requests = pd.DataFrame({
@@ -261,6 +263,7 @@ def record(target_dir: Path, drafter_dir: Path, prompts: Path, out: Path, *, gam
         raise ConfigError(f"{calibration}: calibration file is missing")
     cal = load_json(cal_path) if cal_path.is_file() else None
     target, drafter = load_pair(target_dir, drafter_dir, gamma=gamma, device=device, dtype=dtype)
+    sts_temperatures(cal, drafter.cfg.gamma, temperature, str(cal_path))  # before generating: refused early
     how = RecordSettings(temperature, max_new_tokens, seed, batch_size, anchor_chunk)
     extra = {"command": command, "device": device, "dtype": dtype, "prompts": str(prompts), **(extra_card or {})}
     return record_drafter(target, drafter, drafter_dir, items, out, how, cal=cal, extra_card=extra, log=log)
