@@ -303,3 +303,22 @@ def test_the_live_attention_table_reaches_past_any_batch_a_run_holds() -> None:
     top = attention[attention["requests"] == attention["requests"].max()]
     assert int(top["requests"].iloc[0]) >= 16384
     assert float(top["attn_ms"].min()) == 0.05 * int(top["requests"].iloc[0])
+
+
+def test_prompts_prefilled_together_pay_padded_attention_where_the_engine_pads() -> None:
+    """The live engine attends over the batch padded to its longest prompt (one dense-mask call):
+    two prompts of 100 and 500 tokens pay 2 × 500², not 100² + 500²; a paged engine pays the sum."""
+    from sparksim.config import REPO_ROOT
+    from sparksim.cost.pricing import StepCost
+
+    live = load_profile(REPO_ROOT / "profiles" / "cpu-tinylm-d128-live-measured")
+    paged = load_profile(REPO_ROOT / "profiles" / "a100-opt13b-distserve-published")
+    assert live.attention_kv_padded and not paged.attention_kv_padded
+    for prof, squares in ((live, 2 * 500**2), (paged, 100**2 + 500**2)):
+        want = prof.prefill_attention_coef_ms * squares / 1e3
+        step = StepCost.for_step(prof, requests=0, kv_tokens=0.0, chunks=[(100, 0), (500, 0)])
+        assert step.kv_s == pytest.approx(want, rel=1e-12)
+        assert prof.prefill_s([100, 500]) == pytest.approx(prof.prefill_dense_s(600) + want, rel=1e-12)
+    # one prompt is its own longest
+    one = StepCost.for_step(live, requests=0, kv_tokens=0.0, chunks=[(300, 0)])
+    assert one.kv_s == pytest.approx(live.prefill_attention_s(300, 0), rel=1e-12)

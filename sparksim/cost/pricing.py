@@ -123,8 +123,8 @@ class StepCost:
             kv_s = attn_mem_s
             coef_s = profile.attention_compute_coef_ms / 1e3  # per (query, KV token)
             attn_token_s = coef_s * kv_attn / requests if coef_s else 0.0
-        for take, prefix in chunks:
-            kv_s += profile.prefill_attention_s(take, prefix)
+        if chunks:
+            kv_s = profile.chunks_attention_s(chunks, kv_s)
         draft_s = drafts_s = 0.0
         if positions:
             draft_s = profile.draft_step_s(requests, positions, drafter, kv_attn)

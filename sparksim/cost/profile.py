@@ -335,15 +335,33 @@ class Profile:
         """Return the causal attention time in seconds of a `chunk`-token prompt piece after `prefix`."""
         return self.prefill_attention_coef_ms * ((prefix + chunk) ** 2 - prefix**2) / 1e3
 
+    def chunks_attention_s(self, chunks: Sequence[tuple[int, int]], start: float = 0.0) -> float:
+        """Return `start` plus the attention time in seconds of a step's prompt `chunks`, (tokens,
+        prefix) each: each piece's own causal attention, added one by one; where attention is
+        padded (`attention_kv_padded`: the live engine's dense-mask attention over the batch),
+        every piece pays the longest one's queries against the longest context.
+        """
+        if self.attention_kv_padded and len(chunks) > 1:
+            take = max(t for t, _ in chunks)
+            context = max(t + p for t, p in chunks)
+            return start + len(chunks) * self.prefill_attention_s(take, context - take)
+        for take, prefix in chunks:
+            start += self.prefill_attention_s(take, prefix)
+        return start
+
     def prefill_s(self, prompt_lengths: ArrayLike) -> float:
         """Return the time in seconds of one prefill-only step over whole prompts (a prefill pool)."""
         if isinstance(prompt_lengths, list) and all(type(t) is int for t in prompt_lengths):
             # a pool's batch, once per batch: whole numbers sum exactly in any order (below 2^53),
             # so Python's sums are numpy's float sums, without the arrays
             tokens, squares = float(sum(prompt_lengths)), float(sum(t * t for t in prompt_lengths))
+            n, longest = len(prompt_lengths), float(max(prompt_lengths, default=0))
         else:
             p = np.asarray(prompt_lengths, np.float64)
             tokens, squares = float(p.sum()), float((p**2).sum())
+            n, longest = p.size, float(p.max()) if p.size else 0.0
+        if self.attention_kv_padded:  # every prompt pays the longest one's (`chunks_attention_s`)
+            squares = n * longest**2
         return self.prefill_dense_s(tokens) + self.prefill_attention_coef_ms * squares / 1e3
 
     # ------------------------------------------------------------------ drafting

@@ -243,9 +243,8 @@ class Cluster:
             cache.fit(self._pool_capacity - own - cache.pinned_blocks * block)
             self.prefill_batches += 1
             prof = self.prefill_profile
-            service_s = prof.prefill_dense_s(float(own)) + sum(
-                prof.prefill_attention_s(r.spec.prompt_tokens - r.cache_blocks * block, r.cache_blocks * block)
-                for r in batch)
+            service_s = prof.prefill_dense_s(float(own)) + prof.chunks_attention_s(
+                [(r.spec.prompt_tokens - r.cache_blocks * block, r.cache_blocks * block) for r in batch])
             ev = self.env.timeout(service_s)
             ev.callbacks.append(functools.partial(self._prefill_batch_done, instance, batch))
 
