@@ -141,6 +141,10 @@ def test_unset_engine_limits_are_vllms_defaults_on_the_profiles_gpu(
     given = MeasuredRun("r", run.path, run.requests, EngineSettings(max_num_seqs=64, max_num_batched_tokens=512))
     cluster = replay_scenario(given, REPO / "profiles" / profile, tmp_path / "a.csv")["cluster"]
     assert (cluster["max_concurrency"], cluster["max_batch_tokens"]) == (64, 512)
+    # vLLM caps an unset max_num_seqs at the batched tokens given
+    few = MeasuredRun("r", run.path, run.requests, EngineSettings(max_num_batched_tokens=128))
+    cluster = replay_scenario(few, REPO / "profiles" / profile, tmp_path / "a.csv")["cluster"]
+    assert (cluster["max_concurrency"], cluster["max_batch_tokens"]) == (min(seqs, 128), 128)
     with pytest.raises(ConfigError, match="--max-num-seqs N --max-num-batched-tokens M"):
         replay_scenario(run, REPO / "profiles" / "cpu-tinylm-d128-live-measured", tmp_path / "a.csv")
 

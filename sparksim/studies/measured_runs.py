@@ -37,7 +37,8 @@ VLLM_DEFAULT_LIMITS = {"large": (1024, 8192), "other": (256, 2048)}
 
 
 def vllm_default_limits(gpu_name: str, gpu_memory_bytes: float) -> tuple[int, int]:
-    """vLLM V1's API-server (max_num_seqs, max_num_batched_tokens) on a GPU of this name and memory."""
+    """vLLM V1's API-server (max_num_seqs, max_num_batched_tokens) on a GPU of this name and memory
+    (an unset max_num_seqs is then capped at the batched tokens: `EngineSettings.resolved`)."""
     large = gpu_memory_bytes >= VLLM_LARGE_GPU_BYTES and "a100" not in gpu_name.lower()
     return VLLM_DEFAULT_LIMITS["large" if large else "other"]
 
@@ -73,6 +74,8 @@ class EngineSettings:
                 f"must be given: vLLM's defaults depend on the GPU's memory, and the profile "
                 f"({gpu_name}) records none (--vllm-flags '--max-num-seqs N --max-num-batched-tokens M')")
         seqs, tokens = vllm_default_limits(gpu_name, gpu_memory_bytes)
+        tokens = self.max_num_batched_tokens or tokens
+        seqs = min(seqs, tokens)  # vLLM's `_set_default_args`: no more sequences than batched tokens
         filled = [(k, v) for k, v in (("max_num_seqs", seqs), ("max_num_batched_tokens", tokens))
                   if getattr(self, k) is None]
         note = (f"{', '.join(f'{k}={v}' for k, v in filled)}: vLLM V1's API-server default "
