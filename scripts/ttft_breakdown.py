@@ -51,10 +51,12 @@ def breakdown(folder: Path, profile_dir: Path, after_s: float) -> str:
         prompts = group["prompt_tokens"].to_numpy(np.float64)
         if prompts.sum() != recorded_tokens[int(str(i))]:  # a prompt of an unfinished request: not listed
             continue
-        padded = prof.prefill_dense_s(float(prompts.sum())) * 1e3 + coef * prompts.size * prompts.max() ** 2
+        dense_ms = prof.prefill_dense_s(float(prompts.sum())) * 1e3
+        # each prompt its own attention, or every one the longest's (what a padded profile charges)
         rows.append({"prompts": prompts.size, "tokens": prompts.sum(),
                      "recorded_ms": pre["step_s"].iloc[int(str(i))] * 1e3,
-                     "priced_summed_ms": prof.prefill_s(prompts) * 1e3, "priced_padded_ms": padded})
+                     "priced_summed_ms": dense_ms + coef * float((prompts**2).sum()),
+                     "priced_padded_ms": dense_ms + coef * prompts.size * prompts.max() ** 2})
     table = pd.DataFrame(rows).groupby("prompts").agg(
         steps=("tokens", "size"), tokens=("tokens", "mean"), recorded_ms=("recorded_ms", "mean"),
         priced_summed_ms=("priced_summed_ms", "mean"), priced_padded_ms=("priced_padded_ms", "mean"))

@@ -158,14 +158,14 @@ GROUPED_GEMM_SOURCE = ("DeepGEMM README (deepseek-ai/DeepGEMM @ 55ab91f, 2025-03
 DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
 
 TERA = 1e12
-MIB = 1 << 20
+GIB = 1 << 30
 
 GPUS: dict[str, HardwareSpec] = {
     "h100": HardwareSpec(
         name="NVIDIA H100 SXM5 80GB",
         peak_flops=989.4 * TERA,
         mem_bytes_per_s=3.35 * TERA,
-        hbm_bytes=81_559 * MIB,  # nvidia-smi memory.total
+        hbm_bytes=79.11 * GIB,  # CUDA total, vLLM #27508
         peak_flops_fp8=1978.9 * TERA,
         link_bytes_per_s=450e9,
         **MEASURED_EFFICIENCY["hopper"],
@@ -177,7 +177,7 @@ GPUS: dict[str, HardwareSpec] = {
         name="NVIDIA H200 SXM 141GB",
         peak_flops=989.4 * TERA,
         mem_bytes_per_s=4.8 * TERA,
-        hbm_bytes=143_771 * MIB,  # nvidia-smi memory.total
+        hbm_bytes=139.80 * GIB,  # CUDA total
         peak_flops_fp8=1978.9 * TERA,
         link_bytes_per_s=450e9,
         **MEASURED_EFFICIENCY["hopper"],
@@ -189,7 +189,7 @@ GPUS: dict[str, HardwareSpec] = {
         name="NVIDIA A100 SXM4 80GB",
         peak_flops=312 * TERA,
         mem_bytes_per_s=2.039 * TERA,
-        hbm_bytes=81_920 * MIB,  # nvidia-smi memory.total
+        hbm_bytes=79.14 * GIB,  # CUDA total
         peak_flops_fp8=None,
         link_bytes_per_s=300e9,
         **MEASURED_EFFICIENCY["a100"],
@@ -201,7 +201,7 @@ GPUS: dict[str, HardwareSpec] = {
         name="NVIDIA H800 SXM5 80GB",
         peak_flops=989.4 * TERA,
         mem_bytes_per_s=3.35 * TERA,
-        hbm_bytes=81_559 * MIB,  # nvidia-smi memory.total
+        hbm_bytes=79.11 * GIB,  # the H100's
         peak_flops_fp8=1978.9 * TERA,
         link_bytes_per_s=200e9,
         **MEASURED_EFFICIENCY["hopper"],
@@ -213,7 +213,7 @@ GPUS: dict[str, HardwareSpec] = {
         name="NVIDIA B200 (HGX B200)",
         peak_flops=2250 * TERA,
         mem_bytes_per_s=8.0 * TERA,
-        hbm_bytes=183_359 * MIB,  # nvidia-smi memory.total
+        hbm_bytes=178.35 * GIB,  # CUDA total
         peak_flops_fp8=4500 * TERA,
         link_bytes_per_s=900e9,
         **MEASURED_EFFICIENCY["b200"],
@@ -224,7 +224,7 @@ GPUS: dict[str, HardwareSpec] = {
         name="NVIDIA GB200 (NVL72)",
         peak_flops=2500 * TERA,
         mem_bytes_per_s=8.0 * TERA,
-        hbm_bytes=189_471 * MIB,  # nvidia-smi memory.total
+        hbm_bytes=184.30 * GIB,  # estimated: see FIELD_SOURCES
         peak_flops_fp8=5000 * TERA,
         link_bytes_per_s=900e9,
         gpus_per_node=72,
@@ -240,10 +240,13 @@ GPUS: dict[str, HardwareSpec] = {
 FIELD_SOURCES: dict[str, str] = {
     "peak_flops": "datasheet (see hardware_source)",
     "mem_bytes_per_s": "datasheet (see hardware_source)",
-    "hbm_bytes": "nvidia-smi's memory.total, which torch.cuda.mem_get_info reports and vLLM's "
-    "gpu_memory_utilization multiplies (public nvidia-smi outputs: A100-SXM4-80GB 81,920 MiB, "
-    "H100 80GB HBM3 and H800 81,559 MiB, H200 143,771 MiB, B200 183,359 MiB, GB200 189,471 MiB); "
-    "the datasheets' '80 GB' is GiB-sized",
+    "hbm_bytes": "the memory CUDA reports (torch.cuda.mem_get_info's total, what vLLM's "
+    "gpu_memory_utilization multiplies and `sparksim profile` records), from public PyTorch "
+    "out-of-memory messages ('GPU 0 has a total capacity of ...'): H100 80GB 79.11 GiB (vLLM "
+    "issue #27508; 79.11-79.25 across drivers), A100-SXM4-80GB 79.14, H200 139.80, B200 178.35; "
+    "H800: the H100's; GB200: its nvidia-smi 189,471 MiB at the B200's CUDA/nvidia-smi ratio "
+    "(178.35 GiB of 183,359 MiB), an estimate. CUDA sees a little less than nvidia-smi's "
+    "memory.total, which is itself GiB-sized (the datasheets' '80 GB' is 80 GiB)",
     "peak_flops_fp8": "datasheet (see hardware_source)",
     "compute_eff": "measured, published: large BF16 GEMMs (MEASURED_EFFICIENCY: H100/H200 torchao "
     "roofline_utils 0.69; A100 and B200 the ml-engineering MAMF table scaled by the H100's "

@@ -308,13 +308,13 @@ def test_a_block_drafter_drafts_its_positions_in_one_pass() -> None:
 
 def test_kv_capacity_is_free_hbm_over_kv_bytes_per_token(tmp_path: Path) -> None:
     """vLLM sizes its KV cache from what the weights and activations leave of HBM × 0.9, the
-    HBM torch reports (an H100 80GB: nvidia-smi's 81,559 MiB, not 80e9 bytes)."""
+    HBM CUDA reports (an H100 80GB: 79.11 GiB, not 80e9 bytes)."""
     verify, extra, card = analytic_profile(H100, QWEN, drafters=[DSPARK_5])
     prof = load_profile(write_profile(tmp_path / "a", verify, card, extra=extra))
     mem = card["memory"]
     assert mem["kv_bytes_per_token"] == KV_ELEMS_PER_TOKEN * 2
     assert mem["weights_bytes"] == 2 * (QWEN.params + 5 * LAYER_PARAMS + 5 * HIDDEN * HIDDEN)
-    want = (0.9 * 81_559 * 2**20 - mem["weights_bytes"] - mem["activation_reserve_bytes"]) // (KV_ELEMS_PER_TOKEN * 2)
+    want = (0.9 * 79.11 * 2**30 - mem["weights_bytes"] - mem["activation_reserve_bytes"]) // (KV_ELEMS_PER_TOKEN * 2)
     assert prof.kv_capacity_tokens() == want
     assert prof.kv_capacity_tokens(0.5) < want
 

@@ -71,7 +71,7 @@ DISTSERVE_OPT13B_A100: dict[str, LinearFit] = {
 # OPT-13B (facebook/opt-13b config: 40 layers, hidden 5120, fp16) on an A100-80G
 OPT13B_PARAMS = 12_853_473_280  # total parameters, from the config's shapes (vocab 50272)
 OPT13B_KV_BYTES_PER_TOKEN = 2 * 40 * 5120 * 2  # K and V, every layer, fp16
-A100_80G_HBM_BYTES = int(GPUS["a100"].hbm_bytes)  # 81,920 MiB, as nvidia-smi reports it
+A100_80G_HBM_BYTES = int(GPUS["a100"].hbm_bytes)  # 79.14 GiB, the memory CUDA reports
 
 
 def decode_ms(fit: LinearFit, contexts: np.ndarray[Any, np.dtype[np.float64]]) -> float:

@@ -217,7 +217,9 @@ class ModelSpec:
         GQA: as decode. MLA prefills in its materialised form (the "compute friendly approach"
         of vLLM's MLA backend, SGLang's and TensorRT-LLM's too): K and V up-projected from
         the latent, then plain attention of QK head dim qk_nope + qk_rope and V head dim
-        v_head, 2 · heads · (qk_nope + qk_rope + v_head).
+        v_head, 2 · heads · (qk_nope + qk_rope + v_head). Up-projecting a cached prefix's K and V
+        (2 · kv_lora_rank · heads · (qk_nope + v_head) FLOPs a prefix token a layer, which the
+        engines also run) is not priced: about 2 % of DeepSeek's published prefill step.
         """
         if self.is_mla:
             return self.num_layers * 2 * self.num_heads * (

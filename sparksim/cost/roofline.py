@@ -310,7 +310,7 @@ def _card(
             # dp-ep: each GPU runs its 1/G share of the replica's tokens, so reserves for that
             "activation_reserve_bytes": activation_reserve_bytes(
                 model, -(-max_tokens // g) if parallel.mode == "dp-ep" else max_tokens, dtype_bytes) * g,
-            "source": "hbm_bytes: nvidia-smi memory.total (sparksim.hardware); weights: the model's parameters and the default "
+            "source": "hbm_bytes: the memory CUDA reports (sparksim.hardware); weights: the model's parameters and the default "
                       "drafter's own (a shared LM head once) in the dtype; kv per token: 2 x layers x "
                       "kv_heads x head_dim x dtype; activation reserve: estimated as one layer's "
                       "activations plus float32 logits for a max_tokens step",
