@@ -335,7 +335,7 @@ class Profile:
         """Return the causal attention time in seconds of a `chunk`-token prompt piece after `prefix`."""
         return self.prefill_attention_coef_ms * ((prefix + chunk) ** 2 - prefix**2) / 1e3
 
-    def chunks_attention_s(self, chunks: Sequence[tuple[int, int]], start: float = 0.0) -> float:
+    def chunks_attention_s(self, chunks: Sequence[tuple[float, float]], start: float = 0.0) -> float:
         """Return `start` plus the attention time in seconds of a step's prompt `chunks`, (tokens,
         prefix) each: each piece's own causal attention, added one by one; where attention is
         padded (`attention_kv_padded`: the live engine's dense-mask attention over the batch),
@@ -355,13 +355,12 @@ class Profile:
             # a pool's batch, once per batch: whole numbers sum exactly in any order (below 2^53),
             # so Python's sums are numpy's float sums, without the arrays
             tokens, squares = float(sum(prompt_lengths)), float(sum(t * t for t in prompt_lengths))
-            n, longest = len(prompt_lengths), float(max(prompt_lengths, default=0))
         else:
             p = np.asarray(prompt_lengths, np.float64)
             tokens, squares = float(p.sum()), float((p**2).sum())
-            n, longest = p.size, float(p.max()) if p.size else 0.0
-        if self.attention_kv_padded:  # every prompt pays the longest one's (`chunks_attention_s`)
-            squares = n * longest**2
+        if self.attention_kv_padded:  # every prompt pays the longest one's: the chunks' one rule
+            whole = [(float(t), 0.0) for t in np.asarray(prompt_lengths, np.float64).tolist()]
+            return self.prefill_dense_s(tokens) + self.chunks_attention_s(whole)
         return self.prefill_dense_s(tokens) + self.prefill_attention_coef_ms * squares / 1e3
 
     # ------------------------------------------------------------------ drafting
