@@ -110,7 +110,8 @@ def budget_figure(table: pd.DataFrame, load: str, colors: dict[str, str], hot: p
         grown = [bool(hot[i]) if hot is not None else False for i in grp.index]
         fig.add_trace(go.Scatter(
             x=grp[load], y=grp["verify_budget_per_request"], mode="lines+markers", name=label,
-            line={"color": color, "dash": dash}, marker={"symbol": ["x" if g else "circle" for g in grown]},
+            line={"color": color, "dash": dash}, marker={"symbol": ["x" if g else "circle" for g in grown],
+                                                            "size": [12 if g else 6 for g in grown]},
             hovertext=[hover_text(r, varied, g) for r, g in zip(grp.to_dict("records"), grown, strict=True)],
             hovertemplate="%{hovertext}<extra></extra>"))
     loads = sorted(table[load].dropna().unique())
