@@ -24,6 +24,7 @@ import simpy
 from sparksim.config import Scenario, resolve_path
 from sparksim.cost.profile import Profile
 from sparksim.policies import make_policy
+from sparksim.sim.clock import Clock
 from sparksim.sim.engine import Engine, kv_capacity_tokens
 from sparksim.sim.prefix_cache import PrefixCache
 from sparksim.sim.scheduler import Request
@@ -62,7 +63,7 @@ class Cluster:
         """`records_dir`: stream the request and step tables to parquet files there
         (`records.ParquetColumns`) instead of holding them; None keeps them in memory."""
         self.scenario = scenario
-        self.env = simpy.Environment()
+        self.env = Clock()
         self.profile = profile
         self.prefill_profile = prefill_profile or profile
         self.traces = traces

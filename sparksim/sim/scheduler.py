@@ -19,6 +19,7 @@ from numpy.typing import NDArray
 
 from sparksim.errors import ConfigError
 from sparksim.sim.batch_slots import BatchSlots
+from sparksim.sim.clock import Clock
 from sparksim.sim.prefix_cache import PrefixCache
 from sparksim.sim.workload import DomainSampler, RequestSpec
 from sparksim.step.batch_layout import (
@@ -62,7 +63,7 @@ class Scheduler(BatchSlots):
     The engine sets the limits and the trace arrays below before its first step.
     """
 
-    env: simpy.Environment
+    env: Clock
     replica: int
     max_batch_tokens: int  # the engine's token limit per step
     kv_capacity: int  # KV tokens this replica holds
