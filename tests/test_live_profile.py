@@ -40,10 +40,33 @@ def test_decode_fits_recover_the_costs_that_made_the_points() -> None:
     from sparksim.live.fits import fit_decode
 
     known = (3.0, 0.05, 0.1, 3e-4, 1.5e-4, 0.5, 0.02)  # the last two: verifying any draft (c5 + c6·R)
-    verify, draft = fit_decode(_points(known, (1.5, 0.04, 0.035, 0.1, 5e-4)))
-    assert np.allclose(verify.coef, known, rtol=1e-6)
+    c0, c1, c2, c3, c4, c5, c6 = known
+    points = _points(known, (1.5, 0.04, 0.035, 0.1, 5e-4))
+    verify, draft = fit_decode(points)
+    coef = dict(zip(verify.names, verify.coef, strict=True))
+    # the shared terms come out as made; each (R, C) cell's term holds what the line put there
+    assert [coef[k] for k in ("c1_per_token", "c4_per_query_kv_token", "c5_with_drafts",
+                              "c6_per_request_with_drafts")] == pytest.approx([c1, c4, c5, c6], rel=1e-6)
+    for r, c in {(int(a), int(b)) for a, b in zip(points["requests"], points["context"], strict=True)}:
+        assert coef[f"a_R{r}_C{c}"] == pytest.approx(c0 + c2 * r + c3 * r * (c + 1), rel=1e-6)
     assert draft is not None and np.allclose(draft.coef, (1.5, 0.04, 0.035, 0.1, 5e-4), rtol=1e-6)
     assert max(abs(x) for x in verify.rel_residuals) < 1e-9
+
+
+def test_the_verify_fit_keeps_a_kv_read_that_is_not_one_line_in_r_and_k() -> None:
+    """Measured KV reads bend (caches): 32 requests at 640 tokens cost more than a line through
+    the rest says. Each (R, C) cell keeps its own term, so the fit and the table hold it."""
+    from sparksim.live.fits import fit_decode, verify_tables
+
+    points = _points((3.0, 0.05, 0.1, 3e-4, 1.5e-4, 0.5, 0.02), (1.5, 0.04, 0.035, 0.1, 5e-4))
+    bent = (points["requests"] == 32) & (points["context"] == 640)
+    points.loc[bent, "verify_ms"] += 4.0
+    verify, _ = fit_decode(points)
+    assert max(abs(x) for x in verify.rel_residuals) < 1e-9
+    _, attention = verify_tables(verify, points)
+    row = attention[attention["requests"] == 32].set_index("kv_tokens")["attn_ms"]
+    assert row[32 * 641] == pytest.approx(3.0 + 0.1 * 32 + 3e-4 * 32 * 641 + 4.0, rel=1e-6)
+    assert row[32 * 257] == pytest.approx(3.0 + 0.1 * 32 + 3e-4 * 32 * 257, rel=1e-6)
 
 
 def test_refit_redoes_the_verify_fit_from_points_and_keeps_the_rest(tmp_path: Path) -> None:
@@ -59,8 +82,10 @@ def test_refit_redoes_the_verify_fit_from_points_and_keeps_the_rest(tmp_path: Pa
     refit_verify(prof, "cmd")
     loaded = load_profile(prof)
     assert loaded.verify_drafts_ms == pytest.approx((0.5, 0.015), rel=1e-6)
-    assert loaded.verify_s_scalar(1) * 1e3 == pytest.approx(2.5 + 0.04, rel=1e-6)
-    assert loaded.attention_s(4, 1000) * 1e3 == pytest.approx(0.06 * 4 + 4e-4 * 1000, rel=1e-6)
+    # the fixed cost moved from the dense table into each cell's term: a step's sum is the same
+    assert loaded.verify_s_scalar(1) * 1e3 == pytest.approx(0.04, rel=1e-6)
+    assert loaded.attention_s(4, 1000) * 1e3 == pytest.approx(2.5 + 0.06 * 4 + 4e-4 * 1000, rel=1e-6)
+    assert loaded.step_limit == 0.0  # the live engine runs eagerly: no batch pads up
     assert loaded.loop_table and loaded.card["refit"]["command"] == "cmd"
     assert (prof / "draft-d.csv").is_file()
 
@@ -289,20 +314,19 @@ def test_profile_live_runs_end_to_end_on_tiny_models(tmp_path: Path) -> None:
 
 
 def test_the_live_attention_table_reaches_past_any_batch_a_run_holds() -> None:
-    # The loader holds the last request row's cost past it, so rows that stopped at 256 requests
-    # froze the c2·R term there; the fit's rows now reach 16,384 requests.
-    from types import SimpleNamespace
+    # The loader holds the last request row's cost past it, so rows that stopped at the largest
+    # measured R froze the per-request cost there; the rows reach 16,384 requests on the last
+    # two measured rows' slope in R.
+    from sparksim.live.fits import fit_decode, verify_tables
 
-    import pandas as pd
-
-    from sparksim.live.fits import verify_tables
-
-    fit = SimpleNamespace(coef=[1.0, 0.01, 0.05, 0.0005, 0.0, 0.0, 0.0])
-    _, attention = verify_tables(fit, pd.DataFrame({"tokens": [64], "kv_tokens": [1000]}),  # type: ignore[arg-type]
-                                 [1, 8, 32])
+    points = _points((1.0, 0.01, 0.05, 0.0005, 0.0, 0.0, 0.0), (1.5, 0.04, 0.035, 0.1, 5e-4))
+    verify, _ = fit_decode(points)
+    _, attention = verify_tables(verify, points)
     top = attention[attention["requests"] == attention["requests"].max()]
     assert int(top["requests"].iloc[0]) >= 16384
-    assert float(top["attn_ms"].min()) == 0.05 * int(top["requests"].iloc[0])
+    at_zero = float(top.loc[top["kv_tokens"] == 0, "attn_ms"].iloc[0])
+    # below every cell's K the row holds its shortest context's term, which moved 0.05 + 0.0005·65 a request
+    assert at_zero == pytest.approx(1.0 + (0.05 + 0.0005 * 65) * int(top["requests"].iloc[0]), rel=1e-6)
 
 
 def test_prompts_prefilled_together_pay_padded_attention_where_the_engine_pads() -> None:

@@ -99,7 +99,8 @@ class CostCard(_Card):
     """The keys sparksim reads to price a step and size the KV cache; every one optional."""
 
     graph_capture_sizes: list[Count] | None = Field(
-        None, description="CUDA-graph sizes: a batch inside them pads up to the next one")
+        None, description="CUDA-graph sizes: a batch inside them pads up to the next one "
+                          "([]: no graphs, no batch pads; absent: every batch pads up)")
     gpus_per_replica: Count | None = Field(None, description="GPUs one replica occupies (default 1)")
     tokens_per_request: Count | None = Field(
         None, description="a legacy context grid's rows hold R = ceil(B / this) requests (default 8)")

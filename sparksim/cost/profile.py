@@ -200,9 +200,13 @@ class Profile:
     @functools.cached_property
     def step_limit(self) -> float:
         """Largest batch that pads up in `step` mode: the largest CUDA-graph size if the card
-        lists them (beyond it the engine runs eagerly and cost interpolates), else no limit."""
+        lists them (beyond it the engine runs eagerly and cost interpolates); 0 if it lists
+        none (`graph_capture_sizes: []`: an eager engine, as `sparksim profile` without graphs
+        and the live CPU engine run, pads no batch); no limit if the card does not say."""
+        if self.spec.graph_capture_sizes is None:
+            return float("inf")
         sizes = self.captured_sizes
-        return float(sizes[-1]) if sizes else float("inf")
+        return float(sizes[-1]) if sizes else 0.0
 
     @functools.cached_property
     def gpus_per_replica(self) -> int:

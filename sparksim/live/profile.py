@@ -11,12 +11,14 @@ K = R·(C + 1) KV tokens. Each point is replayed (state restored between replays
 median kept; rounds interleave the whole grid to spread a shared machine's noise. The
 medians are then fitted by least squares:
 
-    verify_ms = c0 + c1·T + c2·R + c3·K + c4·T·K/R      (c4: attention FLOPs per (query, KV token))
-                + [p ≥ 1]·(c5 + c6·R)                     (rejection sampling, once drafts are verified)
+    verify_ms = a(R, C) + c1·T + c4·T·K/R               (a: one term per measured (R, C) cell;
+                + [p ≥ 1]·(c5 + c6·R)                      c4: attention FLOPs per (query, KV token);
+                                                           c5 + c6·R: rejection sampling, once drafts are verified)
     draft_ms  = d0 + d1·R + d2·R·p + d3·p + d4·K          (p ≥ 1)
     prefill   = a + b·q + c·q²                             (one prompt of q tokens)
 
-and written as verify.csv (c0 + c1·T), attention.csv (c2·R + c3·K by request count), the
+and written as verify.csv (c1·T), attention.csv (the cells' a(R, C) at K = R·(C + 1), linear in
+K between them, by request count), `graph_capture_sizes: []` (eager: no batch pads up), the
 card's `cost_model.attention_ms_per_query_kv_token` = c4 with `attention_compute: sum`,
 `cost_model.verify_drafts_ms` = (c5, c6),
 draft-<kind>.csv (d0 + d1·R + d2·R·p + d3·p, with `kv_ms_per_token` = d4), prefill.csv
@@ -43,6 +45,8 @@ import torch
 from sparksim.errors import ConfigError
 from sparksim.live.engine import LiveBatch, LiveModels, LiveRequest
 from sparksim.live.fits import (
+    FILES,
+    VERIFY_MODEL,
     LeastSquaresFit,
     add_loop,
     fit_decode,
@@ -264,8 +268,8 @@ def write_live_profile(out: Path, models: LiveModels, cfg: LiveProfileConfig, po
     from sparksim.profiling.fit import fit_prefill
 
     verify, draft = fit_decode(points)
-    c4, c5, c6 = verify.coef[4:]
-    verify_csv, attention = verify_tables(verify, points, cfg.requests)
+    coef = dict(zip(verify.names, verify.coef, strict=True))
+    verify_csv, attention = verify_tables(verify, points)
     pfit = fit_prefill(prefill["tokens"].tolist(), prefill["prefill_ms"].tolist())
     p_tokens = sorted({1, *prefill["tokens"].tolist(), 4096})
     prefill_csv = pd.DataFrame({"tokens": p_tokens,
@@ -283,6 +287,8 @@ def write_live_profile(out: Path, models: LiveModels, cfg: LiveProfileConfig, po
         "engine": "sparksim live (LiveBatch.decode / LiveBatch.prefill: the live engine's own step "
                   f"functions), PyTorch {torch.__version__} eager, Python {platform.python_version()}",
         "models": models.info,
+        # eager PyTorch on a CPU: no CUDA graph, so no batch pads up to the next profiled size
+        "graph_capture_sizes": [],
         "what_a_point_is": "R requests of C context tokens each (random byte contexts), each drafting p "
                            "positions and verifying all p (p = 0: plain decoding, no drafter); median of "
                            f"{cfg.replays} replays x {cfg.rounds} interleaved rounds after {cfg.warmup} "
@@ -290,14 +296,14 @@ def write_live_profile(out: Path, models: LiveModels, cfg: LiveProfileConfig, po
         "files": {
             "points.csv": "every measured decode point (the simulator does not read it)",
             "prefill_points.csv": "every measured prompt-only step (not read by the simulator)",
-            "verify.csv": "c0 + c1*T of the verify fit",
-            "attention.csv": "c2*R + c3*K of the verify fit, by request count",
+            **FILES,
             "prefill.csv": "a + b*q of the prefill fit",
         },
         "cost_model": {
             "kind": "tokens+kv (sparksim.cost.profile), least squares over the live engine's measured steps",
-            "attention_ms_per_query_kv_token": c4,
-            "verify_drafts_ms": {"a_ms": c5, "b_ms_per_request": c6},
+            "attention_ms_per_query_kv_token": coef["c4_per_query_kv_token"],
+            "verify_drafts_ms": {"a_ms": coef["c5_with_drafts"],
+                                 "b_ms_per_request": coef["c6_per_request_with_drafts"]},
             "verify_drafts_note": "what a step adds once it verifies any draft (exact rejection sampling with "
                                   "the residual, the drafts scattered into the target's input): c5 + c6*R "
                                   "of the verify fit, the jump between plain-decoding and drafting points",
@@ -307,9 +313,7 @@ def write_live_profile(out: Path, models: LiveModels, cfg: LiveProfileConfig, po
                                  "(a dense-mask scaled_dot_product_attention): a step pays R x the longest context; "
                                  "the points were measured at one context per point, where padded and summed agree",
             "prefill_attention_ms_per_token_sq": pfit.coef_ms_per_token_sq,
-            "verify_fit": {"model": "verify_ms = c0 + c1*T + c2*R + c3*K + c4*T*K/R + (c5 + c6*R) if the step "
-                                    "verifies drafts (non-negative least squares, relative error)",
-                           **verify.summary()},
+            "verify_fit": {"model": VERIFY_MODEL, **verify.summary()},
             "prefill_fit": pfit.summary(),
         },
         "memory_note": "the live engine preallocates its KV caches; capacity is max_concurrency slots",
