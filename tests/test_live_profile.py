@@ -346,3 +346,22 @@ def test_prompts_prefilled_together_pay_padded_attention_where_the_engine_pads()
     # one prompt is its own longest
     one = StepCost.for_step(live, requests=0, kv_tokens=0.0, chunks=[(300, 0)])
     assert one.kv_s == pytest.approx(live.prefill_attention_s(300, 0), rel=1e-12)
+
+
+def test_the_shipped_live_profile_charges_what_its_verify_fit_says_at_every_measured_point() -> None:
+    """The tables (verify.csv, attention.csv, the card's terms) are the fit: the simulator's own
+    step pricing at each measured decode point must give the fit's value there."""
+    from sparksim.config import REPO_ROOT
+    from sparksim.cost.pricing import StepCost
+    from sparksim.live.fits import fit_decode
+
+    prof_dir = REPO_ROOT / "profiles" / "cpu-tinylm-d128-live-measured"
+    prof = load_profile(prof_dir)
+    points = pd.read_csv(prof_dir / "points.csv")
+    verify, _ = fit_decode(points)
+    fitted = points["verify_ms"].to_numpy() * (1 + np.asarray(verify.rel_residuals))
+    for (r, c, p), want in zip(points[["requests", "context", "positions"]].itertuples(index=False),
+                               fitted, strict=True):
+        cost = StepCost.for_decode(prof, int(r), float(r * (c + 1)), int(p), None, kv_longest=float(c + 1))
+        got = cost.price(np.full(int(r), int(p), dtype=np.int64), int(r * p)).verify_s * 1e3
+        assert got == pytest.approx(want, rel=1e-4), (r, c, p)  # the card keeps 5 significant figures

@@ -9,6 +9,7 @@ measured (requests, context) cell, and draft_ms = d0 + d1·R + d2·R·p + d3·p 
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -67,10 +68,19 @@ def fit_decode(points: pd.DataFrame) -> tuple[LeastSquaresFit, LeastSquaresFit |
     s = (points["positions"].to_numpy() > 0).astype(np.float64)  # the step verifies drafts
     req, ctx = points["requests"].to_numpy(), points["context"].to_numpy()
     cells = sorted({(int(a), int(b)) for a, b in zip(req, ctx, strict=True)})
-    columns = {cell_name(a, b): ((req == a) & (ctx == b)).astype(np.float64) for a, b in cells}
-    columns |= {"c1_per_token": t, "c4_per_query_kv_token": t * k / r,
-                "c5_with_drafts": s, "c6_per_request_with_drafts": s * r}
-    verify = fit_linear(columns, points["verify_ms"].to_numpy(np.float64))
+    # each request count's terms rise with its context (a KV read does not get cheaper with
+    # more KV, and the loader holds attention.csv to that): the shortest context's term, then
+    # non-negative steps, as non-negative least squares keeps them
+    steps = {cell_name(a, b): ((req == a) & (ctx >= b)).astype(np.float64) for a, b in cells}
+    shared = {"c1_per_token": t, "c4_per_query_kv_token": t * k / r,
+              "c5_with_drafts": s, "c6_per_request_with_drafts": s * r}
+    raw = fit_linear(steps | shared, points["verify_ms"].to_numpy(np.float64))
+    coef = dict(zip(raw.names, raw.coef, strict=True))
+    for a in sorted({a for a, _ in cells}):  # the steps summed into each cell's term
+        row = [name for name in steps if name.startswith(f"a_R{a}_C")]
+        for before, name in itertools.pairwise(row):
+            coef[name] += coef[before]
+    verify = LeastSquaresFit(raw.names, tuple(coef[n] for n in raw.names), raw.rel_residuals)
     d = points[points["positions"] > 0]
     if d.empty:
         return verify, None
@@ -142,8 +152,8 @@ def verify_tables(verify: LeastSquaresFit, points: pd.DataFrame) -> tuple[pd.Dat
         lo, hi = measured[-2], measured[-1]
         per_request = np.maximum((rows[hi] - rows[lo]) / (hi - lo), 0.0)
         for rr in sorted({2 * hi, 256, 1024, 4096, 16384} - set(measured)):
-            if rr > hi:
-                rows[rr] = rows[hi] + per_request * (rr - hi)
+            if rr > hi:  # not falling in K either (the loader's rule for attention.csv)
+                rows[rr] = np.maximum.accumulate(rows[hi] + per_request * (rr - hi))
     attention = pd.DataFrame([{"requests": rr, "kv_tokens": kk, "attn_ms": float(v)}
                               for rr, row in sorted(rows.items()) for kk, v in zip(kv, row, strict=True)])
     return verify_csv, attention
