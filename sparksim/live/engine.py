@@ -443,6 +443,10 @@ class LiveEngine:
             if self.progress is not None and self.now() - last_report >= 1.0:
                 last_report = self.now()
                 self.progress(last_report, self.step_index)
+        # requests due before the horizon that came while the last step ran have arrived (the
+        # simulator counts them, queued): count them too, waiting
+        while self.pending and self.pending[0][0] < horizon:
+            self._new_request(*self.pending.popleft())
 
     def _prefill_step(self) -> None:
         """Prefill whole waiting prompts, first come first served, within the token limit."""
