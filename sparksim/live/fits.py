@@ -77,7 +77,7 @@ def fit_decode(points: pd.DataFrame) -> tuple[LeastSquaresFit, LeastSquaresFit |
     raw = fit_linear(steps | shared, points["verify_ms"].to_numpy(np.float64))
     coef = dict(zip(raw.names, raw.coef, strict=True))
     for a in sorted({a for a, _ in cells}):  # the steps summed into each cell's term
-        row = [name for name in steps if name.startswith(f"a_R{a}_C")]
+        row = [cell_name(a, b) for a2, b in cells if a2 == a]  # ascending context
         for before, name in itertools.pairwise(row):
             coef[name] += coef[before]
     verify = LeastSquaresFit(raw.names, tuple(coef[n] for n in raw.names), raw.rel_residuals)
@@ -135,15 +135,15 @@ def verify_tables(verify: LeastSquaresFit, points: pd.DataFrame) -> tuple[pd.Dat
             rr, cc = (int(v) for v in name[3:].split("_C"))
             cells.setdefault(rr, []).append((float(rr * (cc + 1)), value))
     k_top = float(points["kv_tokens"].max()) * 4
-    kv = sorted({0.0, k_top, *(k for row in cells.values() for k, _ in row)})
+    kv = np.asarray(sorted({0.0, k_top, *(k for row in cells.values() for k, _ in row)}))
 
     def row_at(pts: list[tuple[float, float]]) -> np.ndarray[Any, np.dtype[np.float64]]:
         ks, vs = zip(*sorted(pts), strict=True)
         out = np.interp(kv, ks, vs)  # held at the ends
         if len(ks) > 1:
             slope = max((vs[-1] - vs[-2]) / (ks[-1] - ks[-2]), 0.0)
-            past = np.asarray(kv) > ks[-1]
-            out[past] = vs[-1] + slope * (np.asarray(kv)[past] - ks[-1])
+            past = kv > ks[-1]
+            out[past] = vs[-1] + slope * (kv[past] - ks[-1])
         return out
 
     rows = {rr: row_at(pts) for rr, pts in sorted(cells.items())}
@@ -154,7 +154,7 @@ def verify_tables(verify: LeastSquaresFit, points: pd.DataFrame) -> tuple[pd.Dat
         for rr in sorted({2 * hi, 256, 1024, 4096, 16384} - set(measured)):
             if rr > hi:  # not falling in K either (the loader's rule for attention.csv)
                 rows[rr] = np.maximum.accumulate(rows[hi] + per_request * (rr - hi))
-    attention = pd.DataFrame([{"requests": rr, "kv_tokens": kk, "attn_ms": float(v)}
+    attention = pd.DataFrame([{"requests": rr, "kv_tokens": float(kk), "attn_ms": float(v)}
                               for rr, row in sorted(rows.items()) for kk, v in zip(kv, row, strict=True)])
     return verify_csv, attention
 
