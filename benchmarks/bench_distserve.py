@@ -14,11 +14,19 @@ Run:  python benchmarks/bench_distserve.py                          (sparksim on
 is, nothing of it is copied here); PY is an interpreter with simpy, numpy and pandas.
 Each process runs `--repeat` times (default 3), the two alternating; the table gives each
 side's median wall time with its range, and the ratio of the medians.
+
+Both run with Python's bytecode cache on, as an installed package does: one untimed run of
+each side per mode writes it first. A shell with `PYTHONDONTWRITEBYTECODE=1` (the
+development VM's) would otherwise have every process compile the sources that have no
+cache yet (an editable install's: sparksim's ~60 modules, ~0.07 s a process; DistServe's
+`simdistserve`), which measures the compiler, not the simulators; the variable is dropped
+for the children (`--no-bytecode-cache` keeps it, for comparison with older tables).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -64,9 +72,17 @@ def sparksim_argv(mode: str, n: int, tmp: Path) -> list[str]:
     return [str(SPARKSIM), "run", str(tmp / "scenario.yaml"), "--out", str(tmp / "results"), "-q"]
 
 
-def timed(argv: list[str]) -> tuple[float, str]:
+def child_env(bytecode_cache: bool) -> dict[str, str]:
+    """The children's environment: this one's, less `PYTHONDONTWRITEBYTECODE` when the cache is on."""
+    env = dict(os.environ)
+    if bytecode_cache:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
+def timed(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, str]:
     t0 = time.perf_counter()
-    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, env=env)
     wall = time.perf_counter() - t0
     if done.returncode != 0:
         raise SystemExit(f"{argv[:3]} failed:\n{done.stderr[-2000:]}")
@@ -81,22 +97,39 @@ def main() -> None:
     ap.add_argument("--distserve-python", default=sys.executable)
     ap.add_argument("--repeat", type=int, default=3,
                     help="runs of each process, alternating; the table gives medians and the spread")
+    ap.add_argument("--no-bytecode-cache", action="store_true",
+                    help="keep PYTHONDONTWRITEBYTECODE as it is set here, and run no warm-up")
     args = ap.parse_args()
+    env = child_env(not args.no_bytecode_cache)
     if args.repeat < 1:
         raise SystemExit(f"--repeat={args.repeat}: must be at least 1")
     backend = {"disaggregated": "distserve", "colocated": "vllm"}
     print(f"{'mode':<14} {'requests':>8} {'sparksim s':>17} {'distserve s':>19} {'ratio':>7}")
-    for n in (int(v) for v in args.requests.split(",")):
-        for mode in args.modes.split(","):
+
+    def run_ours(mode: str, n: int) -> float:
+        with tempfile.TemporaryDirectory() as tmp:
+            return timed(sparksim_argv(mode, n, Path(tmp)), env)[0]
+
+    def run_theirs(mode: str, n: int) -> float:
+        with tempfile.TemporaryDirectory() as tmp:
+            return timed([args.distserve_python, "-c", DISTSERVE, backend[mode], str(n),
+                          str(args.distserve), str(Path(tmp) / "w.json")], env)[0]
+
+    requests = [int(v) for v in args.requests.split(",")]
+    modes = args.modes.split(",")
+    if not args.no_bytecode_cache:  # untimed: each side's first process writes its bytecode cache
+        for mode in modes:
+            run_ours(mode, min(requests))
+            if args.distserve is not None:
+                run_theirs(mode, min(requests))
+    for n in requests:
+        for mode in modes:
             ours: list[float] = []
             theirs: list[float] = []
             for _ in range(args.repeat):  # alternating, so a noisy minute hits both sides
-                with tempfile.TemporaryDirectory() as tmp:
-                    ours.append(timed(sparksim_argv(mode, n, Path(tmp)))[0])
+                ours.append(run_ours(mode, n))
                 if args.distserve is not None:
-                    with tempfile.TemporaryDirectory() as tmp:
-                        theirs.append(timed([args.distserve_python, "-c", DISTSERVE, backend[mode], str(n),
-                                             str(args.distserve), str(Path(tmp) / "w.json")])[0])
+                    theirs.append(run_theirs(mode, n))
             ratio = f"x{statistics.median(theirs) / statistics.median(ours):.1f}" if theirs else "-"
             print(f"{mode:<14} {n:>8} {spread(ours):>17} {spread(theirs) if theirs else '-':>19} {ratio:>7}",
                   flush=True)
