@@ -175,9 +175,10 @@ def _tables(sets: list[str]) -> tuple[list[list[float]], list[list[float]], tupl
 
 
 def _advance_plain_by_the_kernel(self: Engine, m: int) -> tuple[int, bool, bool]:
-    """The reference: `kernels.advance` with every ℓ = 0, all its checks made every step."""
+    """The reference: `kernels.advance` with every ℓ = 0, all its checks made every step
+    (on the trace set's acceptances: a plain engine holds none of its own)."""
     zeros = np.zeros(m, dtype=np.int64)
-    _, emitted, done, past = kernels.advance_numpy(self.state, m, zeros, self.t_acc, zeros[:0], self.gamma)
+    _, emitted, done, past = kernels.advance_numpy(self.state, m, zeros, self.traces.accepted64, zeros[:0], self.gamma)
     return emitted, done, past
 
 

@@ -145,11 +145,12 @@ class Engine(Scheduler):
         self.reserve = traces.gamma + 1 if self.drafts else 1  # KV slots a step may write
         self.gamma = traces.gamma
         # trace arrays, flat: row i is one (request, position); shared by the replicas, and the
-        # confidences and survivals made only for a policy that drafts (plain decoding reads none)
+        # confidences, survivals and acceptances read only for a policy that drafts (plain
+        # decoding reads none; `--check` reads the acceptances itself)
         no_rows = np.empty((0, traces.gamma))
         self.t_conf = traces.conf64 if self.drafts else no_rows
         self.t_surv = traces.survival if self.drafts else no_rows
-        self.t_acc = traces.accepted64
+        self.t_acc = traces.accepted64 if self.drafts else np.empty(0, dtype=np.int64)
         self.t_offsets = traces.offsets
 
         self._init_slots(self.max_concurrency)
@@ -319,7 +320,7 @@ class Engine(Scheduler):
             if verified and (self.step_records is not None or self.check):
                 accepted_total = int(drafted_ok.sum())  # the record's: what the trace accepted
             if rows is not None:
-                check_replay(self.t_acc, rows, lengths, drafted_ok, emitted_total, self.step_index)
+                check_replay(self.traces.accepted64, rows, lengths, drafted_ok, emitted_total, self.step_index)
             self.kv_used += emitted_total
             self.ctx_sum += emitted_total
             if self.cache is not None:  # new tokens take free space: the oldest cached blocks go

@@ -146,7 +146,9 @@ def load_inputs(
     """
     resolve(scenario.policy.name)  # an unknown policy fails before any file is read
     profile = load_profile(resolve_path(scenario.profile, base), mode=scenario.lookup, strict=strict)
-    traces = _bounded_by_drafter(scenario, profile, load_traceset(resolve_path(scenario.traces, base), extras=False))
+    # the positions are read below only for a policy that drafts (plain decoding replays none)
+    traces = _bounded_by_drafter(scenario, profile, load_traceset(
+        resolve_path(scenario.traces, base), extras=False, positions=False))
     pf = scenario.cluster.prefill
     prefill = (
         load_profile(resolve_path(pf.profile, base), mode=scenario.lookup, strict=strict)
@@ -156,6 +158,8 @@ def load_inputs(
         raise ConfigError(f"traces={scenario.traces!r}: the trace set is empty")
     # a bad policy name or parameter (e.g. γ beyond the trace's block) fails here
     policy = make_policy(scenario.policy.name, traces.gamma, scenario.policy.params)
+    if policy.drafts:
+        traces.read_positions()  # a broken positions file fails here, before anything is simulated
     cl = scenario.cluster
     reserve = traces.gamma + 1 if policy.drafts else 1
     if reserve > cl.max_batch_tokens:

@@ -11,7 +11,8 @@ A trace-set folder holds
 Arrays are held flat: row i of `conf` belongs to request `row_request[i]`, and request k's
 rows are `offsets[k]:offsets[k+1]`. The replay rule lives in `sparksim.step.acceptance`.
 Loading reads the files into NumPy through their buffers (`sparksim.arrow_numpy`): a run
-never needs pandas to read its traces.
+never needs pandas to read its traces. A run loads the positions only when something reads
+them (`load_traceset(positions=False)`): plain decoding replays no confidence.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ POSITION_REQUIRED = ("request_id", "pos", "conf", "accepted")
 POSITION_OPTIONAL = ("conf_raw", "p_accept")
 MAX_POSITIONS = 50_000_000  # bound on what a file may make us allocate (50M rows x γ floats)
 MAX_GAMMA = 64
+_DEFERRED = ("conf", "accepted")  # what `load_traceset(positions=False)` leaves unread
 
 
 @dataclass
@@ -61,6 +63,36 @@ class TraceSet:
     conf_raw: NDArray[np.float32] | None = None  # (N, γ)
     p_accept: NDArray[np.float32] | None = None  # (N, γ)
     path: Path | None = None
+    # conf and accepted are not read yet: the first read of either loads and checks them
+    # (`load_traceset(positions=False)`, `read_positions`)
+    deferred: bool = dataclasses.field(default=False, repr=False, compare=False)
+
+    def __getattr__(self, name: str) -> Any:
+        # reached only for an attribute that is not set: a deferred set's positions
+        if name in _DEFERRED and self.__dict__.get("deferred"):
+            self.read_positions()
+            return self.__dict__[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __getstate__(self) -> dict[str, Any]:
+        self.read_positions()  # a pickled set is whole: whoever unpickles it may not see the files
+        return self.__dict__
+
+    def read_positions(self) -> None:
+        """Read and check positions.parquet of a set loaded with positions=False (else nothing).
+
+        The same load and checks as `load_traceset(extras=False)`: a broken file raises
+        FormatError here, at the first read (`runner.load_inputs` asks before simulating,
+        for a policy that drafts).
+        """
+        if not self.__dict__.get("deferred"):
+            return
+        assert self.path is not None
+        whole = load_traceset(self.path, extras=False)
+        if whole.gamma != self.gamma or not np.array_equal(whole.offsets, self.offsets):
+            raise FormatError(self.path, ["requests.parquet or card.yaml changed after the trace set was loaded"])
+        self.conf, self.accepted = whole.conf, whole.accepted
+        self.deferred = False
 
     @functools.cached_property
     def requests(self) -> pd.DataFrame:
@@ -232,18 +264,21 @@ def _missing(values: NDArray[Any]) -> NDArray[np.bool_]:
     return np.zeros(len(values), dtype=bool)
 
 
-def _parse(path: Path, problems: list[str], with_extras: bool = True) -> TraceSet | None:
+def _parse(path: Path, problems: list[str], with_extras: bool = True, positions: bool = True) -> TraceSet | None:
     if not path.is_dir():
         problems.append("not a directory")
         return None
     card = _check_card(read_card(path / "card.yaml", problems), problems)
     req_t = _read_parquet(path / "requests.parquet", problems)
-    pos_t = _read_parquet(path / "positions.parquet", problems, None if with_extras else POSITION_REQUIRED)
-    if req_t is None or pos_t is None:
+    pos_t = (_read_parquet(path / "positions.parquet", problems, None if with_extras else POSITION_REQUIRED)
+             if positions else None)
+    if req_t is None or (positions and pos_t is None):
         return None
     ok = True
-    for file, table, cols in (("requests.parquet", req_t, REQUEST_COLUMNS),
-                              ("positions.parquet", pos_t, POSITION_REQUIRED)):
+    files = [("requests.parquet", req_t, REQUEST_COLUMNS)]
+    if pos_t is not None:
+        files.append(("positions.parquet", pos_t, POSITION_REQUIRED))
+    for file, table, cols in files:
         for col in cols:
             if col not in table.column_names:
                 problems.append(f"{file}: missing column {col!r} (has {table.column_names})")
@@ -290,6 +325,9 @@ def _parse(path: Path, problems: list[str], with_extras: bool = True) -> TraceSe
     if total > MAX_POSITIONS:
         problems.append(f"requests.parquet: output_tokens sum to {total} (limit {MAX_POSITIONS})")
         return None
+
+    if pos_t is None:
+        return _deferred(path, card, req, total, problems)
 
     # positions.parquet
     card_gamma = card.get("gamma")
@@ -344,6 +382,25 @@ def _parse(path: Path, problems: list[str], with_extras: bool = True) -> TraceSe
     )
 
 
+def _deferred(path: Path, card: dict[str, Any], req: dict[str, NDArray[Any]], total: int,
+              problems: list[str]) -> TraceSet | None:
+    """The set without its positions (read at first use): γ from the card, rows from the lengths."""
+    gamma = card.get("gamma")
+    if isinstance(gamma, bool) or not isinstance(gamma, int) or not 1 <= gamma <= MAX_GAMMA:
+        problems.append(f"card.yaml: gamma={gamma!r} must be an integer in 1..{MAX_GAMMA}")
+        return None
+    if problems:
+        return None
+    offsets = np.zeros(len(req["request_id"]) + 1, dtype=np.int64)
+    np.cumsum(req["output_tokens"], out=offsets[1:])
+    assert offsets[-1] == total
+    empty_conf, empty_acc = np.empty((0, gamma), dtype=np.float32), np.empty(0, dtype=np.int8)
+    ts = TraceSet(name=path.name, card=card, gamma=gamma, request_columns=req, offsets=offsets,
+                  conf=empty_conf, accepted=empty_acc, path=path, deferred=True)
+    del ts.conf, ts.accepted  # so that reading either reaches `__getattr__`, which loads them
+    return ts
+
+
 def check_traceset(path: Path | str) -> list[str]:
     """Return every problem found in the trace-set folder at `path` (empty if valid)."""
     problems: list[str] = []
@@ -351,16 +408,21 @@ def check_traceset(path: Path | str) -> list[str]:
     return problems
 
 
-def load_traceset(path: Path | str, *, extras: bool = True) -> TraceSet:
+def load_traceset(path: Path | str, *, extras: bool = True, positions: bool = True) -> TraceSet:
     """Load and validate the trace-set folder at `path`; raise FormatError listing every problem.
 
     extras=False reads (and checks) only the columns a simulation replays: `conf_raw` and
     `p_accept` are left unread (None), which at the default set's 195,577 rows is about
-    0.1 s of a run's start. `check_traceset` and the trace commands read everything.
+    0.1 s of a run's start. positions=False (with extras=False) also leaves positions.parquet
+    unread until `conf` or `accepted` is first read (`TraceSet.read_positions`): γ is the
+    card's, and a plain-decoding run, which replays neither, skips the 20–110 ms the default
+    set's file takes. `check_traceset` and the trace commands read everything.
     """
+    if not positions and extras:
+        raise ValueError("load_traceset: positions=False reads no extras; pass extras=False")
     path = Path(path)
     problems: list[str] = []
-    ts = _parse(path, problems, extras)
+    ts = _parse(path, problems, extras, positions)
     if problems or ts is None:
         raise FormatError(path, problems or ["unreadable trace set"])
     return ts
