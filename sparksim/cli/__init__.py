@@ -9,6 +9,7 @@ Every other command module imports its heavy dependencies inside the command fun
 
 from __future__ import annotations
 
+import gc
 import importlib
 from typing import TYPE_CHECKING
 
@@ -87,5 +88,16 @@ live.register(app)
 
 
 def main() -> None:
-    """Entry point of the `sparksim` console script."""
-    app()
+    """Entry point of the `sparksim` console script.
+
+    At exit the interpreter's last collection finds what a run leaves in reference cycles
+    (the cluster, its engines and SimPy events, their requests) and frees it object by
+    object: 40–70 ms of a 1.3 s DistServe benchmark process (measured; its one full
+    collection alone 15 ms). Frozen first (`gc.freeze`), the heap is left to the operating
+    system as the process ends; atexit handlers, closing files and joining threads run
+    as before.
+    """
+    try:
+        app()
+    finally:
+        gc.freeze()
