@@ -380,10 +380,10 @@ class Engine(Scheduler):
         at most one step left before it: the least of OUT_LEN − EMITTED and ROW_END − ROW,
         one subtraction of two adjacent rows from two others (`batch_layout`). When the whole
         batch steps, `_quiet` carries that least count less the steps taken since, so steady
-        steps skip the measure too. Every change to the slots (a join, a compaction or
-        rotation, a trace continuation, a step that verified drafts) resets it to 0,
-        "unknown"; under `--check` a skipped check is done anyway and must find nothing
-        (`check_quiet`).
+        steps skip the measure too. A join lowers it to the joiner's own count where that is
+        fewer; every other change to the slots (a compaction or rotation, a trace
+        continuation, a step that verified drafts) resets it to 0, "unknown". Under `--check`
+        a skipped check is done anyway and must find nothing (`check_quiet`).
         """
         st = self.state
         whole = m == self.n

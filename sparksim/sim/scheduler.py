@@ -176,7 +176,8 @@ class Scheduler(BatchSlots):
         self.ctx_sum += req.context
         self.last_emit[i] = req.last_emit_at
         self._joins_pending = True
-        self._quiet = 0
+        if self._quiet:  # the batch's fewest steps left, now with the joiner's (`_advance_plain`)
+            self._quiet = min(self._quiet, req.row_end - req.row, req.spec.output_tokens - req.emitted)
         self.n += 1
         if req.row >= req.row_end and req.emitted < req.spec.output_tokens:
             self._continue_traces(np.array([i]))
