@@ -90,7 +90,7 @@ class BatchSlots:
         self._quiet = 0
         if head + m > 2 * cap:
             head = self._recentre()
-        keep = np.flatnonzero(going_on) + head
+        keep = going_on.nonzero()[0] + head
         self._state_buf[:, head + n : head + n + keep.size] = self._state_buf[:, keep]
         self._emit_buf[head + n : head + n + keep.size] = self._emit_buf[keep]
         self.n = n - m + keep.size

@@ -343,7 +343,7 @@ class Engine(Scheduler):
             stepped = m
             if any_done:
                 done = st[EMITTED, : self.n] >= st[OUT_LEN, : self.n]
-                gone = np.flatnonzero(done)
+                gone = done.nonzero()[0]  # (1-D: np.flatnonzero without its wrapper)
                 finished = [self._park(i) for i in gone.tolist()]
                 # before the callbacks: a closed-loop user resubmits at once, and routing must
                 # see this replica's load
@@ -362,7 +362,7 @@ class Engine(Scheduler):
             st = self.state
             if any_past:  # some request ran out of trace rows
                 past = st[ROW, : self.n] >= st[ROW_END, : self.n]
-                self._continue_traces(np.flatnonzero(past))
+                self._continue_traces(past.nonzero()[0])
         for req, take in step.plan:
             req.prefill_left -= take
             if self.cache is not None and req.spec.prefix_group >= 0:
@@ -418,7 +418,7 @@ class Engine(Scheduler):
         # compaction and rotation keep the order of the slots that have not stepped yet
         num_joined = 0
         if self._joins_pending:
-            joined = np.flatnonzero(self.state[JOINED, :n])
+            joined = self.state[JOINED, :n].nonzero()[0]
             for last_at in self.last_emit[joined].tolist():  # a few: the ones that just joined
                 stats.add_itl(now - last_at, 1)
             num_joined = joined.size
