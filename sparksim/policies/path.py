@@ -298,6 +298,10 @@ def top_k_lengths(
     k = min(max(k, 0), num_requests * gamma)
     if k == 0:
         return np.zeros(num_requests, dtype=np.int64)
+    if ranked is not None and k < ranked.size:  # `_first_k`'s usual case, without its checks
+        v = float(ranked[k - 1])
+        if v > 0.0 and ranked[k] < v:  # nothing tied with the cut's value, and it is acceptable
+            return kernels.count_at_least(survival, v)
     v = _kth_largest(survival, k, ranked)
     if v <= 0.0:  # rare: the cut reaches drafts that cannot be accepted; stop before them
         k = num_positive(ranked) if ranked is not None else int(np.count_nonzero(survival > 0.0))

@@ -44,6 +44,7 @@ from sparksim.policies.base import Lengths, Policy, StepBatch, check_float, chec
 from sparksim.policies.path import (
     CostTable,
     batch_path,
+    num_positive,
     path_length,
     round_to_captured,
     sorted_survival,
@@ -109,39 +110,49 @@ class TwoStep(Policy):
         snapshot: Snapshot = (ids, survival.copy(), fresh_ranked)
         if self.delay == 0:
             stale = snapshot
-        k = self.capacity(batch, stale)
+        k = self.capacity(batch, stale, ids)
         self._history.append(snapshot)
         self.last_capacity = k
         return top_k_lengths(batch.survival, k, fresh_ranked if self.ema == 0.0 else None)
 
-    def capacity(self, batch: StepBatch, stale: Snapshot | None) -> int:
+    def capacity(self, batch: StepBatch, stale: Snapshot | None, now_ids: bytes | None = None) -> int:
         """Return K sized from `stale` (ids, survival, ranked) for this step's requests and costs.
 
         Reads only `stale`, and of `batch` only its request ids, fixed tokens, token limit
         and costs, never its survivals (the test perturbs them and checks K). K never
         exceeds what the token limit admits: the stale path has one row per current request
-        and is cut at that limit.
+        and is cut at that limit. `now_ids`: this step's request ids as bytes, when the caller has them.
         """
         if stale is None or not stale[0]:
             budget = path_length(batch.survival.size, batch.fixed_tokens, batch.max_tokens)
             return min(self.initial_budget * batch.num_requests, budget)
         ids, survival, ranked = stale
-        if ids == batch.request_ids.tobytes():
-            path = batch_path(batch, self._table, survival=survival, ranked=ranked)  # the snapshot's own rows
-            return round_to_captured(path, path.best_cut(), self._table.captured_sizes(batch.cost))
+        if ids == (batch.request_ids.tobytes() if now_ids is None else now_ids):
+            return self._best_budget(batch, survival, ranked)  # the snapshot's own rows
         stale_ids = np.frombuffer(ids, dtype=batch.request_ids.dtype)
         pairwise = survival.shape[1] == 1  # numpy sums one column pairwise, not row by row
         if ranked is not None and not pairwise and not batch.cost.shaped:
             # the snapshot's sorted values edited for who came and went (a shaped price reads
             # the matched rows themselves)
-            path = batch_path(batch, self._table, survival=survival,
-                              ranked=kernels.stale_path(ranked, batch.request_ids, stale_ids, survival))
-        else:
-            rows, present = kernels.stale_rows(batch.request_ids, stale_ids, survival, not pairwise)
-            if pairwise and present < rows.shape[0]:  # joined since: the snapshot's mean
-                rows[present:] = survival.sum(axis=0) / survival.shape[0]
-            path = batch_path(batch, self._table, survival=rows)
-        return round_to_captured(path, path.best_cut(), self._table.captured_sizes(batch.cost))
+            return self._best_budget(batch, survival,
+                                     kernels.stale_path(ranked, batch.request_ids, stale_ids, survival))
+        rows, present = kernels.stale_rows(batch.request_ids, stale_ids, survival, not pairwise)
+        if pairwise and present < rows.shape[0]:  # joined since: the snapshot's mean
+            rows[present:] = survival.sum(axis=0) / survival.shape[0]
+        return self._best_budget(batch, rows, None)
+
+    def _best_budget(self, batch: StepBatch, survival: NDArray[np.float64],
+                     ranked: NDArray[np.float64] | None) -> int:
+        """K = the argmax of Θ over the whole path of `survival` (`ranked`: its values sorted, when
+        known), rounded to a captured graph size. Where neither the longest block nor graph sizes
+        matter, one priced walk (`CostTable.scan`) without a `Path`: this runs every step."""
+        cost, table = batch.cost, self._table
+        captured = table.captured_sizes(cost)
+        if captured or cost.shaped or ranked is None:
+            path = batch_path(batch, table, survival=survival, ranked=ranked)
+            return round_to_captured(path, path.best_cut(), captured)
+        n = path_length(num_positive(ranked), batch.fixed_tokens, batch.max_tokens)
+        return table.scan(cost, batch.fixed_tokens, ranked[:n], float(batch.num_requests), False)[0]
 
     def _smoothed_survival(self, batch: StepBatch) -> NDArray[np.float64]:
         ids, conf = batch.request_ids, batch.conf
