@@ -245,18 +245,25 @@ def test_the_context_cap_takes_the_rows_a_whole_batch_prefix_sum_takes(  # type:
 @example(16, 1 << 15, True)  # the last one
 def test_leaving_slots_keep_the_order_of_the_rest(engine, n, bits, give_gone) -> None:  # type: ignore[no-untyped-def]
     # Why: a finished request leaves the batch and the rest keep their order (the slot order is
-    # DistServe's batch order); up to four leaving shift the rest by slices, more gather by mask.
-    engine._recentre()
-    keep = np.array([(bits >> i) & 1 == 0 for i in range(n)])
-    engine.n = n
-    engine.state[:, :n] = np.arange(NUM_FIELDS * n).reshape(NUM_FIELDS, n) + 1000 * n
-    engine.last_emit[:n] = np.arange(n) * 0.5
-    want_state, want_emit = engine.state[:, :n][:, keep].tolist(), engine.last_emit[:n][keep].tolist()
-    engine._compact(keep, np.flatnonzero(~keep) if give_gone else None)
-    assert engine.n == int(keep.sum())
-    assert engine.state[:, : engine.n].tolist() == want_state
-    assert engine.last_emit[: engine.n].tolist() == want_emit
-    engine.n = 0
+    # DistServe's batch order); in numpy up to four leaving shift the rest by slices, more gather
+    # by mask, and the compiled kernel moves one column at a time: each backend on its own.
+    before = kernels.BACKEND
+    for which in ("numpy", "numba") if kernels.HAVE_NUMBA else ("numpy",):
+        kernels.use(which)
+        try:
+            engine._recentre()
+            keep = np.array([(bits >> i) & 1 == 0 for i in range(n)])
+            engine.n = n
+            engine.state[:, :n] = np.arange(NUM_FIELDS * n).reshape(NUM_FIELDS, n) + 1000 * n
+            engine.last_emit[:n] = np.arange(n) * 0.5
+            want_state, want_emit = engine.state[:, :n][:, keep].tolist(), engine.last_emit[:n][keep].tolist()
+            engine._compact(keep, np.flatnonzero(~keep) if give_gone else None)
+            assert engine.n == int(keep.sum()), which
+            assert engine.state[:, : engine.n].tolist() == want_state, which
+            assert engine.last_emit[: engine.n].tolist() == want_emit, which
+        finally:
+            engine.n = 0
+            kernels.use(before)
 
 
 @settings(max_examples=30, deadline=None)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
+from sparksim.step import kernels
 from sparksim.step.batch_layout import NUM_FIELDS
 
 
@@ -37,18 +38,9 @@ class BatchSlots:
     def _compact(self, keep: NDArray[np.bool_], gone: NDArray[np.intp] | None = None) -> None:
         """Keep the slots where `keep` (n,) is True, in their order; `gone` may list the others."""
         self._quiet = 0
-        if gone is not None and gone.size <= 4:  # a few leave (most finishes): shift the rest left
-            state, last_emit, n = self.state, self.last_emit, self.n
-            for i in reversed(gone.tolist()):  # the last first, so the earlier indices hold
-                state[:, i : n - 1] = state[:, i + 1 : n]  # numpy copies overlapping slices safely
-                last_emit[i : n - 1] = last_emit[i + 1 : n]
-                n -= 1
-            self.n = n
-            return
-        n_new = int(keep.sum())
-        self.state[:, :n_new] = self.state[:, : self.n][:, keep]
-        self.last_emit[:n_new] = self.last_emit[: self.n][keep]
-        self.n = n_new
+        if gone is None:
+            gone = (~keep).nonzero()[0]
+        self.n = kernels.compact(self.state, self.last_emit, self.n, gone)
 
     def _place(self, head: int) -> None:
         """Make the batch the window of the buffers that starts at column `head`."""

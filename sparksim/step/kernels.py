@@ -16,7 +16,9 @@ the snapshot's own sorted values (out go the rows of the requests that left, in 
 ones' mean row) rather than sorting R·γ values again. `count_at_least` counts, per request, the survivals at or above
 the fill's threshold: a reduction along the short γ axis, which numpy does slowly.
 `verified` checks a policy's answer (every ℓ within the positions drafted) and sums it, in
-one pass where numpy takes a max and a sum. `advance` applies one engine step to the running
+one pass where numpy takes a max and a sum. `compact` closes the running batch's slots over
+the requests that left (numpy shifts each leaver's followers through a temporary copy).
+`advance` applies one engine step to the running
 batch (the replay rule of `sparksim.step.acceptance`, the state counters, the (ℓ, accepted)
 histogram and the finished / out-of-trace checks): some fifteen small array operations at
 R = 64, in one loop.
@@ -194,6 +196,27 @@ def verified_numpy(lengths: NDArray[np.int64], max_length: int) -> int:
     if lengths.size and int(lengths.view(np.uint64).max()) > max_length:
         return -1
     return int(lengths.sum())
+
+
+def compact_numpy(state: NDArray[np.int64], last_emit: NDArray[np.float64], n: int, gone: NDArray[np.intp]) -> int:
+    """Remove the running slots `gone` (ascending, below n) from columns 0..n-1 of `state`
+    (fields × slots) and `last_emit`, the others keeping their order; return how many remain.
+
+    A few leave (most finishes): each shifts the columns after it left, the last first so that
+    the earlier indices hold (numpy copies overlapping slices safely); more, one gather.
+    """
+    if gone.size <= 4:
+        for i in reversed(gone.tolist()):
+            state[:, i : n - 1] = state[:, i + 1 : n]
+            last_emit[i : n - 1] = last_emit[i + 1 : n]
+            n -= 1
+        return n
+    keep = np.ones(n, dtype=np.bool_)
+    keep[gone] = False
+    left = n - gone.size
+    state[:, :left] = state[:, :n][:, keep]
+    last_emit[:left] = last_emit[:n][keep]
+    return left
 
 
 def advance_numpy(
@@ -446,6 +469,21 @@ def _verified_loop(lengths: NDArray[np.int64], max_length: int) -> int:
     return total
 
 
+def _compact_loop(state: NDArray[np.int64], last_emit: NDArray[np.float64], n: int, gone: NDArray[np.intp]) -> int:
+    """The same removal as `compact_numpy`, one column at a time from the first slot to go (compiled by numba)."""
+    w = gone[0] if gone.size else n
+    g = 0
+    for i in range(w, n):
+        if g < gone.size and gone[g] == i:
+            g += 1
+            continue
+        for f in range(state.shape[0]):
+            state[f, w] = state[f, i]
+        last_emit[w] = last_emit[i]
+        w += 1
+    return w
+
+
 class Kernels(NamedTuple):
     """One backend's kernels."""
 
@@ -456,10 +494,11 @@ class Kernels(NamedTuple):
     stale_rows: Callable[..., Any]
     verified: Callable[..., Any]
     stale_path: Callable[..., Any]
+    compact: Callable[..., Any]
 
 
 NUMPY = Kernels(theta_scan_numpy, count_at_least_numpy, advance_numpy, priced_scan_numpy, stale_rows_numpy,
-                verified_numpy, stale_path_numpy)
+                verified_numpy, stale_path_numpy, compact_numpy)
 
 # Whether numba is installed, found without importing it: importing numba loads LLVM
 # (about 0.3 s and 60 MB), which a command that never steps an engine should not pay.
@@ -477,7 +516,7 @@ def numba_kernels() -> Kernels:
     _snapshot_rows = jit(_snapshot_rows_loop)  # the loops below call them compiled
     _snapshot_mean = jit(_snapshot_mean_loop)
     return Kernels(jit(_theta_scan_loop), jit(_count_at_least_loop), jit(_advance_loop), jit(_priced_scan_loop),
-                   jit(_stale_rows_loop), jit(_verified_loop), jit(_stale_path_loop))
+                   jit(_stale_rows_loop), jit(_verified_loop), jit(_stale_path_loop), jit(_compact_loop))
 
 
 def _on_first_call(name: str) -> Callable[..., Any]:
@@ -525,28 +564,29 @@ verified: Callable[[NDArray[np.int64], int], int]
 stale_path: Callable[
     [NDArray[np.float64], NDArray[np.int64], NDArray[np.int64], NDArray[np.float64]], NDArray[np.float64]
 ]
+compact: Callable[[NDArray[np.int64], NDArray[np.float64], int, NDArray[np.intp]], int]
 # Whether the compiled kernels run now (a caller may pick the cheaper way to use them: two-step
 # sorts every snapshot for `stale_path` to edit only then); False until numba is bound.
 COMPILED = False
 _CHOICE = os.environ.get("SPARKSIM_KERNELS", "").lower()
 if HAVE_NUMBA and _CHOICE == "numba":  # asked for: bind (and load) numba on the first call
     BACKEND = "numba"
-    theta_scan, count_at_least, advance, priced_scan, stale_rows, verified, stale_path = (_on_first_call(name) for name in Kernels._fields)
+    theta_scan, count_at_least, advance, priced_scan, stale_rows, verified, stale_path, compact = (_on_first_call(name) for name in Kernels._fields)
 elif HAVE_NUMBA and _CHOICE != "numpy":  # the default: numpy first, numba once it pays
     BACKEND = "numba"
-    theta_scan, count_at_least, advance, priced_scan, stale_rows, verified, stale_path = (_warming(name) for name in Kernels._fields)
+    theta_scan, count_at_least, advance, priced_scan, stale_rows, verified, stale_path, compact = (_warming(name) for name in Kernels._fields)
 else:
     BACKEND = "numpy"
-    theta_scan, count_at_least, advance, priced_scan, stale_rows, verified, stale_path = NUMPY
+    theta_scan, count_at_least, advance, priced_scan, stale_rows, verified, stale_path, compact = NUMPY
 
 
 def use(backend: str) -> None:
     """Switch the kernels to `backend` ("numba" or "numpy"), e.g. to compare the two."""
-    global theta_scan, count_at_least, advance, priced_scan, stale_rows, verified, stale_path, BACKEND, COMPILED
+    global theta_scan, count_at_least, advance, priced_scan, stale_rows, verified, stale_path, compact, BACKEND, COMPILED
     if backend == "numpy":
-        theta_scan, count_at_least, advance, priced_scan, stale_rows, verified, stale_path = NUMPY
+        theta_scan, count_at_least, advance, priced_scan, stale_rows, verified, stale_path, compact = NUMPY
     elif backend == "numba" and HAVE_NUMBA:
-        theta_scan, count_at_least, advance, priced_scan, stale_rows, verified, stale_path = numba_kernels()
+        theta_scan, count_at_least, advance, priced_scan, stale_rows, verified, stale_path, compact = numba_kernels()
     else:
         raise ValueError(f"kernel backend {backend!r} is not available (numba installed: "
                          f"{HAVE_NUMBA}); use 'numba' or 'numpy'")
