@@ -18,6 +18,7 @@ from numpy.typing import NDArray
 
 from sparksim.cost.pricing import StepCost, unpadded_extra_s
 from sparksim.policies import make_policy
+from sparksim.policies.base import StepBatch
 from sparksim.step import kernels
 from sparksim.step.batch_layout import (
     ACCEPTED,
@@ -29,7 +30,7 @@ from sparksim.step.batch_layout import (
     ROW_END,
     STEPS,
 )
-from tests.policy_helpers import CONF_GRID, batches, confidences
+from tests.policy_helpers import CONF_GRID, batches, confidences, profiles
 
 pytestmark = pytest.mark.filterwarnings("ignore::sparksim.cost.profile.ProfileWarning")
 numba_only = pytest.mark.skipif(not kernels.HAVE_NUMBA, reason="numba is not installed")
@@ -223,6 +224,35 @@ def test_the_compiled_stale_path_is_the_sorted_stale_rows_bit_for_bit(case, coar
 
 
 @settings(max_examples=150, deadline=None)
+@given(memberships(), st.booleans(), st.integers(0, 2**32 - 1))
+def test_the_stale_cut_is_the_priced_walk_along_the_stale_path(case, coarse, seed) -> None:
+    # Why: two-step's K comes from this one call where nothing but B prices a step; it must be
+    # the argmax of Θ along the stale path cut to its positive survivals and the token limit,
+    # as `Path.best_cut` walks it, in either backend, and say so (-1) where the dense table is
+    # too short for that cut rather than read past it.
+    ids, stale_ids, survival = case
+    assume(survival.shape[1] > 1)
+    if coarse:
+        survival = np.floor(survival * 4.0) / 4.0  # ties, and survivals of 0 at the path's end
+    rng = np.random.default_rng(seed)
+    ranked = np.sort(survival.ravel())[::-1]
+    first = int(ids.size + rng.integers(0, 40))  # R bonus slots and some prompt tokens
+    max_tokens = int(first + rng.integers(0, ids.size * survival.shape[1] + 10))
+    # prices that may fall with B (extrapolation): an admission of survival 0 could then raise Θ
+    dense = rng.uniform(0.01, 0.012, first + ids.size * survival.shape[1] + 1)
+    terms = (float(rng.choice([0.0, 0.003])), float(rng.choice([0.0, 1e-6])), float(rng.choice([0.0, 1e-4])),
+             float(rng.integers(0, 20)), float(rng.choice([0.0, 2e-4])), first)
+    path = kernels.stale_path_numpy(ranked, ids, stale_ids, survival)
+    n = max(0, min(int(np.count_nonzero(path > 0.0)), max_tokens - first))
+    want = kernels.priced_scan_numpy(path[:n], float(ids.size), dense, first, False, *terms)[0]
+    backends = [kernels.stale_cut_numpy] + ([kernels.numba_kernels().stale_cut] if kernels.HAVE_NUMBA else [])
+    for cut in backends:
+        assert cut(ranked, ids, stale_ids, survival, ids.size, max_tokens, dense, first, *terms) == want
+        short = dense[: first + n]  # one B short of the cut's end
+        assert cut(ranked, ids, stale_ids, survival, ids.size, max_tokens, short, first, *terms) == -1
+
+
+@settings(max_examples=150, deadline=None)
 @given(st.lists(st.integers(-3, 12), max_size=40), st.integers(0, 9))
 def test_verified_sums_an_answer_in_bounds_and_flags_one_out_of_them(values, max_length) -> None:
     # Why: the engine prices and replays Σℓ only after this check; an ℓ out of bounds would
@@ -255,6 +285,30 @@ def test_every_path_policy_decides_the_same_under_either_backend(steps, name) ->
     for which in ("numpy", "numba"):
         with backend(which):
             policy = make_policy(name, steps[0].gamma, {"delay": 1} if name == "two-step" else None)
+            decisions[which] = [policy.decide(b).tolist() for b in steps]
+    assert decisions["numpy"] == decisions["numba"]
+
+
+@numba_only
+@settings(max_examples=60, deadline=None)
+@given(profiles(), st.integers(2, 8), st.integers(1, 2), st.booleans(),
+       st.lists(st.tuples(st.integers(1, 40), st.integers(0, 40), st.integers(0, 2**32 - 1)), min_size=3, max_size=6))
+def test_two_step_decides_the_same_under_either_backend_as_requests_come_and_go(prof, gamma, delay, coarse, plan) -> None:
+    # Why: with requests joining and leaving between steps, compiled two-step sizes K on the
+    # snapshot's sorted values edited for them (`stale_path`, `stale_cut`) where numpy sorts
+    # the matched rows afresh; every K, so every ℓ, must be the same bit for bit.
+    steps, ids = [], np.empty(0, dtype=np.int64)
+    for i, (r, stay, seed) in enumerate(plan):  # some requests stay (in order), the rest are new
+        kept = ids[ids.size - min(stay, r, ids.size):]
+        ids = np.concatenate((kept, np.arange(1000 * (i + 1), 1000 * (i + 1) + r - kept.size)))
+        conf = np.random.default_rng(seed).uniform(0.0, 1.0, (r, gamma))
+        if coarse:
+            conf = np.floor(conf * 4.0) / 4.0  # ties and survivals of 0
+        steps.append(StepBatch.from_conf(conf, prof, request_ids=ids))
+    decisions = {}
+    for which in ("numpy", "numba"):
+        with backend(which):
+            policy = make_policy("two-step", gamma, {"delay": delay})
             decisions[which] = [policy.decide(b).tolist() for b in steps]
     assert decisions["numpy"] == decisions["numba"]
 

@@ -108,6 +108,17 @@ class CostTable:
         self._ensure(cost.profile, first_tokens + gains.size + 1)
         return kernels.priced_scan(gains, tau_start, self._dense, first_tokens, early_stop, *cost.scan_terms, chunk)
 
+    def stale_cut(self, cost: StepCost, fixed_tokens: int, num_requests: int, max_tokens: int,
+                  ranked: NDArray[np.float64], ids: NDArray[np.int64], stale_ids: NDArray[np.int64],
+                  stale_survival: NDArray[np.float64]) -> int:
+        """Two-step's K on its stale path, edited and walked in one kernel call (`kernels.stale_cut`),
+        for a price that depends on B only: the argmax of Θ over the path cut to its positive
+        survivals and the token limit; -1 while this table does not yet reach the cut's end (the
+        caller builds the path and walks it with `scan`, which grows the table only that far)."""
+        self._ensure(cost.profile, 1)
+        return kernels.stale_cut(ranked, ids, stale_ids, stale_survival, num_requests, max_tokens,
+                                 self._dense, fixed_tokens, *cost.scan_terms)
+
     def step_s_at(self, cost: StepCost, tokens: NDArray[np.int64],
                   longest: NDArray[np.int64] | None = None) -> NDArray[np.float64]:
         """Return step_s(B) for each B in `tokens` (sorted ascending), at its `longest` block if given."""

@@ -133,7 +133,13 @@ class TwoStep(Policy):
         pairwise = survival.shape[1] == 1  # numpy sums one column pairwise, not row by row
         if ranked is not None and not pairwise and not batch.cost.shaped:
             # the snapshot's sorted values edited for who came and went (a shaped price reads
-            # the matched rows themselves)
+            # the matched rows themselves), and Θ walked along them in the same kernel call
+            # where no graph size rounds K (this runs most steps: somebody came or went)
+            if not self._table.captured_sizes(batch.cost):
+                k = self._table.stale_cut(batch.cost, batch.fixed_tokens, batch.num_requests, batch.max_tokens,
+                                          ranked, batch.request_ids, stale_ids, survival)
+                if k >= 0:
+                    return k
             return self._best_budget(batch, survival,
                                      kernels.stale_path(ranked, batch.request_ids, stale_ids, survival))
         rows, present = kernels.stale_rows(batch.request_ids, stale_ids, survival, not pairwise)

@@ -13,7 +13,8 @@ snapshot rows to this step's requests (a dozen numpy calls: an argsort, a search
 compiled, a lookup table over the ids' span, which running requests keep narrow, else a
 search per request); `stale_path` gives the same rows' values sorted, compiled by editing
 the snapshot's own sorted values (out go the rows of the requests that left, in the joined
-ones' mean row) rather than sorting R·γ values again. `count_at_least` counts, per request, the survivals at or above
+ones' mean row) rather than sorting R·γ values again, and `stale_cut` walks Θ along that path
+in the same call (two-step's K, where nothing but B prices a step). `count_at_least` counts, per request, the survivals at or above
 the fill's threshold: a reduction along the short γ axis, which numpy does slowly.
 `verified` checks a policy's answer (every ℓ within the positions drafted) and sums it, in
 one pass where numpy takes a max and a sum. `compact` closes the running batch's slots over
@@ -172,6 +173,25 @@ def stale_path_numpy(
     return flat[::-1]
 
 
+def stale_cut_numpy(
+    ranked: NDArray[np.float64], ids: NDArray[np.int64], stale_ids: NDArray[np.int64],
+    stale_survival: NDArray[np.float64], num_requests: int, max_tokens: int, dense: NDArray[np.float64],
+    first: int, fixed_s: float, attn_token_s: float, attn_mem_s: float, prefill_tokens: float,
+    drafts_s: float, base_tokens: int,
+) -> int:
+    """Return two-step's K on its stale path in one call: `stale_path`, cut to its positive
+    survivals and to the token limit (B = first + k ≤ max_tokens), then the argmax of Θ along
+    it (`priced_scan` without early stop, τ from `num_requests`); -1 where `dense` does not
+    price every B of the cut (the caller grows its table and walks the path itself).
+    """
+    path = stale_path_numpy(ranked, ids, stale_ids, stale_survival)
+    n = max(0, min(int((path > 0.0).sum()), max_tokens - first))  # positives lead: the path descends
+    if first + n >= dense.size:
+        return -1
+    return priced_scan_numpy(path[:n], float(num_requests), dense, first, False, fixed_s, attn_token_s,
+                             attn_mem_s, prefill_tokens, drafts_s, base_tokens)[0]
+
+
 def count_at_least_numpy(survival: NDArray[np.float64], v: float) -> NDArray[np.int64]:
     """Return, per row of `survival` (R, γ, each row non-increasing), how many entries are ≥ v.
 
@@ -295,6 +315,10 @@ def _priced_scan_loop(
     return best_k, best_tau
 
 
+# the compiled self of `_priced_scan_loop`, for `_stale_cut_loop` (bound in `numba_kernels`)
+_priced_scan: Callable[..., tuple[int, float]] = _priced_scan_loop
+
+
 def _snapshot_rows_loop(ids: NDArray[np.int64], stale_ids: NDArray[np.int64]) -> NDArray[np.int64]:
     """Return each current request's row in two-step's snapshot, or -1 if it joined since
     (compiled by numba, for the two loops below it; `_snapshot_rows` is its compiled self).
@@ -414,6 +438,28 @@ def _stale_path_loop(
     return out
 
 
+# the compiled self of `_stale_path_loop`, for `_stale_cut_loop` (bound in `numba_kernels`)
+_stale_path: Callable[..., NDArray[np.float64]] = _stale_path_loop
+
+
+def _stale_cut_loop(
+    ranked: NDArray[np.float64], ids: NDArray[np.int64], stale_ids: NDArray[np.int64],
+    stale_survival: NDArray[np.float64], num_requests: int, max_tokens: int, dense: NDArray[np.float64],
+    first: int, fixed_s: float, attn_token_s: float, attn_mem_s: float, prefill_tokens: float,
+    drafts_s: float, base_tokens: int,
+) -> int:
+    """The same K as `stale_cut_numpy`, the compiled path and walk in one call (compiled by numba)."""
+    path = _stale_path(ranked, ids, stale_ids, stale_survival)
+    n = path.size
+    while n > 0 and not path[n - 1] > 0.0:
+        n -= 1
+    n = max(0, min(n, max_tokens - first))
+    if first + n >= dense.size:
+        return -1
+    return _priced_scan(path[:n], float(num_requests), dense, first, False, fixed_s, attn_token_s,
+                        attn_mem_s, prefill_tokens, drafts_s, base_tokens)[0]
+
+
 def _count_at_least_loop(survival: NDArray[np.float64], v: float) -> NDArray[np.int64]:
     """The same counts as `count_at_least_numpy`, one row at a time (compiled by numba).
 
@@ -495,10 +541,11 @@ class Kernels(NamedTuple):
     verified: Callable[..., Any]
     stale_path: Callable[..., Any]
     compact: Callable[..., Any]
+    stale_cut: Callable[..., Any]
 
 
 NUMPY = Kernels(theta_scan_numpy, count_at_least_numpy, advance_numpy, priced_scan_numpy, stale_rows_numpy,
-                verified_numpy, stale_path_numpy, compact_numpy)
+                verified_numpy, stale_path_numpy, compact_numpy, stale_cut_numpy)
 
 # Whether numba is installed, found without importing it: importing numba loads LLVM
 # (about 0.3 s and 60 MB), which a command that never steps an engine should not pay.
@@ -511,12 +558,15 @@ def numba_kernels() -> Kernels:
     for each array layout, about 0.5 s, and is cached on disk beside this file)."""
     import numba
 
-    global _snapshot_rows, _snapshot_mean
+    global _snapshot_rows, _snapshot_mean, _priced_scan, _stale_path
     jit = numba.njit(cache=True, nogil=True)
     _snapshot_rows = jit(_snapshot_rows_loop)  # the loops below call them compiled
     _snapshot_mean = jit(_snapshot_mean_loop)
-    return Kernels(jit(_theta_scan_loop), jit(_count_at_least_loop), jit(_advance_loop), jit(_priced_scan_loop),
-                   jit(_stale_rows_loop), jit(_verified_loop), jit(_stale_path_loop), jit(_compact_loop))
+    _priced_scan = jit(_priced_scan_loop)  # kernels themselves, and `_stale_cut_loop`'s parts
+    _stale_path = jit(_stale_path_loop)
+    return Kernels(jit(_theta_scan_loop), jit(_count_at_least_loop), jit(_advance_loop), _priced_scan,
+                   jit(_stale_rows_loop), jit(_verified_loop), _stale_path, jit(_compact_loop),
+                   jit(_stale_cut_loop))
 
 
 def _on_first_call(name: str) -> Callable[..., Any]:
@@ -565,28 +615,29 @@ stale_path: Callable[
     [NDArray[np.float64], NDArray[np.int64], NDArray[np.int64], NDArray[np.float64]], NDArray[np.float64]
 ]
 compact: Callable[[NDArray[np.int64], NDArray[np.float64], int, NDArray[np.intp]], int]
+stale_cut: Callable[..., int]
 # Whether the compiled kernels run now (a caller may pick the cheaper way to use them: two-step
 # sorts every snapshot for `stale_path` to edit only then); False until numba is bound.
 COMPILED = False
 _CHOICE = os.environ.get("SPARKSIM_KERNELS", "").lower()
 if HAVE_NUMBA and _CHOICE == "numba":  # asked for: bind (and load) numba on the first call
     BACKEND = "numba"
-    theta_scan, count_at_least, advance, priced_scan, stale_rows, verified, stale_path, compact = (_on_first_call(name) for name in Kernels._fields)
+    theta_scan, count_at_least, advance, priced_scan, stale_rows, verified, stale_path, compact, stale_cut = (_on_first_call(name) for name in Kernels._fields)
 elif HAVE_NUMBA and _CHOICE != "numpy":  # the default: numpy first, numba once it pays
     BACKEND = "numba"
-    theta_scan, count_at_least, advance, priced_scan, stale_rows, verified, stale_path, compact = (_warming(name) for name in Kernels._fields)
+    theta_scan, count_at_least, advance, priced_scan, stale_rows, verified, stale_path, compact, stale_cut = (_warming(name) for name in Kernels._fields)
 else:
     BACKEND = "numpy"
-    theta_scan, count_at_least, advance, priced_scan, stale_rows, verified, stale_path, compact = NUMPY
+    theta_scan, count_at_least, advance, priced_scan, stale_rows, verified, stale_path, compact, stale_cut = NUMPY
 
 
 def use(backend: str) -> None:
     """Switch the kernels to `backend` ("numba" or "numpy"), e.g. to compare the two."""
-    global theta_scan, count_at_least, advance, priced_scan, stale_rows, verified, stale_path, compact, BACKEND, COMPILED
+    global theta_scan, count_at_least, advance, priced_scan, stale_rows, verified, stale_path, compact, stale_cut, BACKEND, COMPILED
     if backend == "numpy":
-        theta_scan, count_at_least, advance, priced_scan, stale_rows, verified, stale_path, compact = NUMPY
+        theta_scan, count_at_least, advance, priced_scan, stale_rows, verified, stale_path, compact, stale_cut = NUMPY
     elif backend == "numba" and HAVE_NUMBA:
-        theta_scan, count_at_least, advance, priced_scan, stale_rows, verified, stale_path, compact = numba_kernels()
+        theta_scan, count_at_least, advance, priced_scan, stale_rows, verified, stale_path, compact, stale_cut = numba_kernels()
     else:
         raise ValueError(f"kernel backend {backend!r} is not available (numba installed: "
                          f"{HAVE_NUMBA}); use 'numba' or 'numpy'")
