@@ -223,6 +223,21 @@ def test_the_compiled_stale_path_is_the_sorted_stale_rows_bit_for_bit(case, coar
     np.testing.assert_array_equal(got, want)
 
 
+@numba_only
+def test_the_compiled_stale_path_refuses_values_that_are_not_the_snapshots() -> None:
+    # Why: the kernel edits `ranked` trusting it to be the snapshot's own sort; a leaving
+    # request's value missing from it would leave a stale row in the path, so it must raise.
+    survival = np.cumprod(np.full((3, 2), 0.5), axis=1) * np.array([[1.0], [0.9], [0.8]])
+    stale_ids, ids = np.array([1, 2, 3]), np.array([1, 2])  # request 3 left
+    ranked = np.sort(survival.ravel())[::-1]
+    compiled = kernels.numba_kernels().stale_path
+    assert compiled(ranked, ids, stale_ids, survival).tolist() == np.sort(survival[:2].ravel())[::-1].tolist()
+    wrong = ranked.copy()
+    wrong[ranked == survival[2, 0]] = 0.41  # not request 3's value: still descending
+    with pytest.raises(ValueError, match="not the snapshot's survivals sorted"):
+        compiled(wrong, ids, stale_ids, survival)
+
+
 @settings(max_examples=150, deadline=None)
 @given(memberships(), st.booleans(), st.integers(0, 2**32 - 1))
 def test_the_stale_cut_is_the_priced_walk_along_the_stale_path(case, coarse, seed) -> None:

@@ -417,25 +417,33 @@ def _stale_path_loop(
     mean = _snapshot_mean(stale_survival) if joined else np.zeros(gamma)  # `_stale_rows_loop`'s
     mean.sort()
     size = num * gamma
-    out = np.empty(size)
-    o, gi, mi = 0, g - 1, gamma - 1 if joined else -1  # gone and mean read from the top
+    # room for g more: a leaving value missing from `ranked` keeps a value too many (checked below)
+    out = np.empty(size + g)
+    # gone and mean read from the top; past the last, a value no survival equals (NaN) and one
+    # none is below (-inf), so the loop tests each value twice, with no bounds of its own
+    gi, mi = g - 1, gamma - 1 if joined else -1
+    drop = gone[gi] if gi >= 0 else np.nan
+    add = mean[mi] if mi >= 0 else -np.inf
+    o = 0
     for x in ranked:
-        if gi >= 0 and x == gone[gi]:
+        if x == drop:
             gi -= 1
+            drop = gone[gi] if gi >= 0 else np.nan
             continue
-        while mi >= 0 and mean[mi] > x:
-            out[o : o + joined] = mean[mi]
+        while add > x:
+            out[o : o + joined] = add
             o += joined
             mi -= 1
-        if o == size:  # a leaving value missing from ranked: not the snapshot's own sort
-            raise ValueError("stale_path: ranked is not the snapshot's survivals sorted")
+            add = mean[mi] if mi >= 0 else -np.inf
         out[o] = x
         o += 1
     while mi >= 0:
         out[o : o + joined] = mean[mi]
         o += joined
         mi -= 1
-    return out
+    if o != size:  # a leaving value missing from ranked: not the snapshot's own sort
+        raise ValueError("stale_path: ranked is not the snapshot's survivals sorted")
+    return out[:size]
 
 
 # the compiled self of `_stale_path_loop`, for `_stale_cut_loop` (bound in `numba_kernels`)
